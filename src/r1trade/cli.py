@@ -1,0 +1,231 @@
+"""The `r1trade` command line: each command loads its config, calls one function, prints a Rich summary."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from r1trade import __version__
+from r1trade.config import Config, load_config, resolve_path
+from r1trade.errors import R1TradeError, UsageError
+
+app = typer.Typer(
+    name="r1trade",
+    help="Train a small language model with multi-turn RL to trade crypto through tools, then backtest it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+ConfigOption = Annotated[
+    str | None, typer.Option("--config", "-c", help="config name in configs/ (e.g. btc_momentum) or a YAML path")
+]
+SetOption = Annotated[
+    list[str] | None, typer.Option("--set", "-s", help="override a config field: section.key=value (repeatable)")
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"r1trade {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="show full tracebacks on errors")] = False,
+) -> None:
+    """r1trade: an RL-trained, tool-using crypto trading agent."""
+
+
+def _config(config: str | None, overrides: list[str] | None) -> Config:
+    """Load and validate the config before a command does anything else."""
+    return load_config(config, overrides or [])
+
+
+# --------------------------------------------------------------------------- config
+
+
+@app.command("show-config")
+def show_config(config: ConfigOption = None, set_: SetOption = None) -> None:
+    """Print the fully resolved config as YAML."""
+    resolved = _config(config, set_)
+    console.print(resolved.to_yaml(), end="", highlight=False, markup=False, soft_wrap=True)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@app.command("data-info")
+def data_info(path: Annotated[Path, typer.Argument(help="candle file (.parquet or .csv)")]) -> None:
+    """Validate a candle file and print rows, range, timeframe, gaps and problems."""
+    from r1trade.data.store import load_candles, validate_candles
+
+    candles = load_candles(path)
+    report = validate_candles(candles)
+    console.print(render_report(path, candles.attrs, report))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def render_report(path: Path, attrs: dict, report) -> Table:  # report: ValidationReport
+    """A Rich table for a validation report."""
+    table = Table(title=f"{path}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("symbol", str(attrs.get("symbol")))
+    table.add_row("source", str(attrs.get("source")))
+    table.add_row("timeframe", report.timeframe)
+    table.add_row("rows", f"{report.rows:,}")
+    span = f"{report.start:%Y-%m-%d %H:%M} → {report.end:%Y-%m-%d %H:%M} UTC" if report.rows else "empty"
+    table.add_row("range", span)
+    gaps = report.gaps
+    table.add_row(
+        "gaps",
+        f"{gaps.count} (largest {gaps.largest_bars} bars at {gaps.largest_at}, {gaps.missing_bars} bars missing)"
+        if gaps.count
+        else "none",
+    )
+    if not report.problems:
+        table.add_row("problems", "[green]none[/green]")
+    for problem in report.problems:
+        colour = "red" if problem.error else "yellow"
+        table.add_row("error" if problem.error else "warning", f"[{colour}]{problem.describe()}[/{colour}]")
+    return table
+
+
+@app.command("import-csv")
+def import_csv(
+    source: Annotated[Path, typer.Argument(help="CSV file to convert")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="output file (.parquet or .csv)")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="'cryptodatadownload' (banner, newest first) or 'canonical'")
+    ] = "cryptodatadownload",
+    timeframe: Annotated[str, typer.Option(help="bar length, e.g. 1h")] = "1h",
+) -> None:
+    """Convert a CSV of candles into the canonical schema (Parquet or CSV)."""
+    from r1trade.data.store import import_cryptodatadownload_csv, load_candles, save_candles, validate_candles
+
+    if fmt == "cryptodatadownload":
+        candles = import_cryptodatadownload_csv(source, timeframe=timeframe)
+    elif fmt == "canonical":
+        candles = load_candles(source)
+    else:
+        raise UsageError(f"unknown --format '{fmt}': use cryptodatadownload or canonical")
+    save_candles(candles, out)
+    console.print(render_report(out, candles.attrs, validate_candles(candles)))
+
+
+@app.command("fetch-data")
+def fetch_data(
+    exchange: Annotated[str, typer.Option(help="ccxt exchange id, e.g. binance")] = "binance",
+    symbol: Annotated[str, typer.Option(help="market symbol, e.g. BTC/USDT")] = "BTC/USDT",
+    timeframe: Annotated[str, typer.Option(help="bar length, e.g. 1h")] = "1h",
+    since: Annotated[str, typer.Option(help="first bar (UTC date or timestamp)")] = "2024-01-01",
+    until: Annotated[str | None, typer.Option(help="stop before this time (UTC); default: now")] = None,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("data"),
+    max_retries: Annotated[int, typer.Option(help="retries for transient network errors")] = 5,
+) -> None:
+    """Download OHLCV candles with ccxt (paged, deduplicated, resumable) into a Parquet file."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from r1trade.data.fetch import default_output_path, fetch_to_file, make_exchange
+
+    start = _timestamp(since, "--since")
+    stop = _timestamp(until, "--until") if until else None
+    client = make_exchange(exchange)
+    path = default_output_path(out, exchange_id=exchange, symbol=symbol, timeframe=timeframe)
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(), console=err_console, transient=True,
+    ) as progress:
+        task = progress.add_task(f"{exchange} {symbol} {timeframe}", total=None, status="")
+
+        def update(state) -> None:  # state: FetchProgress
+            progress.update(task, status=f"{state.rows} rows, up to {state.last:%Y-%m-%d %H:%M}")
+
+        result = fetch_to_file(
+            client, symbol=symbol, timeframe=timeframe, since=start, until=stop, path=path,
+            progress=update, max_retries=max_retries,
+        )
+    console.print(f"fetched {result.rows_fetched} candles, added {result.rows_added} new to {result.path}")
+    from r1trade.data.store import load_candles
+
+    console.print(render_report(result.path, load_candles(result.path).attrs, result.report))
+
+
+def _timestamp(text: str, flag: str) -> pd.Timestamp:
+    try:
+        stamp = pd.Timestamp(text)
+    except ValueError:
+        raise UsageError(f"bad {flag} '{text}': use a date like 2024-01-01 or 2024-01-01T12:00") from None
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+# --------------------------------------------------------------------------- training and evaluation
+
+
+@app.command()
+def train(
+    config: ConfigOption = "btc_momentum",
+    set_: SetOption = None,
+    resume: Annotated[Path | None, typer.Option(help="run directory to resume")] = None,
+) -> None:
+    """Train the agent with multi-turn RL (PPO, GRPO or REINFORCE++)."""
+    _config(config, set_)
+    raise R1TradeError("`r1trade train` is not available yet in this version: the RL trainer is not built")
+
+
+@app.command()
+def backtest(
+    config: ConfigOption = "btc_momentum",
+    set_: SetOption = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="checkpoint directory to evaluate")] = None,
+) -> None:
+    """Backtest a checkpoint against baselines on held-out data."""
+    _config(config, set_)
+    raise R1TradeError("`r1trade backtest` is not available yet in this version: the backtester is not built")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; known errors become one line on stderr and an exit code (2 usage/config, 1 runtime)."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        result = app(args=args, prog_name="r1trade", standalone_mode=False)
+    except R1TradeError as exc:
+        if "--debug" in args:
+            raise
+        err_console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        err_console.print("interrupted")
+        return 130
+    except OSError as exc:
+        if "--debug" in args:
+            raise
+        err_console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Errors that reach the user as one clear line and an exit code.
+
+Usage and configuration mistakes exit with 2, failures while running exit with 1.
+"""
+
+from __future__ import annotations
+
+
+class R1TradeError(Exception):
+    """Base class for errors the CLI reports without a traceback."""
+
+    exit_code: int = 1
+
+
+class UsageError(R1TradeError):
+    """The user asked for something impossible: a bad flag value or a missing input file."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A configuration file or override is invalid."""
+
+
+class DataError(R1TradeError):
+    """Candle data is missing, unreadable or fails validation."""
+
+
+class ExchangeError(R1TradeError):
+    """An exchange could not be reached or refused a request."""

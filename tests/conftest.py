@@ -1,0 +1,40 @@
+"""Shared fixtures: small synthetic candles and the shipped sample's path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "sample" / "btc_usd_1h.parquet"
+
+
+def make_synthetic_candles(n: int = 500, *, seed: int = 0, start: str = "2021-01-01", freq: str = "1h") -> pd.DataFrame:
+    """A random-walk OHLCV series in the canonical schema (valid: high ≥ max(o, c), low ≤ min(o, c))."""
+    rng = np.random.default_rng(seed)
+    close = 100.0 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
+    open_ = np.concatenate([[100.0], close[:-1]]) * np.exp(rng.normal(0, 0.001, n))
+    high = np.maximum(open_, close) * (1 + rng.uniform(0, 0.005, n))
+    low = np.minimum(open_, close) * (1 - rng.uniform(0, 0.005, n))
+    volume = rng.uniform(1, 10, n)
+    index = pd.date_range(start, periods=n, freq=freq, tz="UTC", name="timestamp")
+    candles = pd.DataFrame({"open": open_, "high": high, "low": low, "close": close, "volume": volume}, index=index)
+    candles.attrs.update(symbol="TEST/USD", timeframe=freq.lower(), source="synthetic")
+    return candles
+
+
+@pytest.fixture
+def candles() -> pd.DataFrame:
+    return make_synthetic_candles()
+
+
+@pytest.fixture
+def sample_path() -> Path:
+    return SAMPLE

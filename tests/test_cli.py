@@ -1,0 +1,79 @@
+"""The command line as a user meets it: exit codes and one-line errors."""
+
+from pathlib import Path
+
+import pytest
+
+from r1trade import __version__
+from r1trade.cli import main
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_version_and_help(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"r1trade {__version__}"
+    code, out, _ = run(capsys, "--help")
+    for command in ("fetch-data", "data-info", "show-config", "train", "backtest"):
+        assert command in out
+
+
+def test_show_config_prints_resolved_yaml(capsys):
+    code, out, _ = run(capsys, "show-config", "--config", "smoke", "--set", "env.fee_bps=3")
+    assert code == 0
+    assert "name: smoke" in out and "fee_bps: 3.0" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show-config", "--set", "env.fee_bsp=3"], "unknown key 'env.fee_bsp' (did you mean 'env.fee_bps'?)"),
+        (["show-config", "--set", "env.fee_bps=abc"], "env.fee_bps: Input should be a valid number"),
+        (["show-config", "--config", "missing.yaml"], "config not found: 'missing.yaml'"),
+        (["train", "--config", "smoke", "--set", "bogus=1"], "unknown key 'bogus'"),
+        (["data-info", "nowhere.parquet"], "candle file not found: 'nowhere.parquet'"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_code_2(capsys, args, message):
+    code, _, err = run(capsys, *args)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_data_info_on_the_sample(capsys, sample_path: Path):
+    code, out, _ = run(capsys, "data-info", str(sample_path))
+    assert code == 0
+    assert "20,111" in out and "2017-07-01 11:00 → 2019-10-17 09:00 UTC" in out and "gaps" in out
+
+
+def test_data_info_exits_1_on_bad_candles(capsys, candles, tmp_path: Path):
+    from r1trade.data.store import save_candles
+
+    bad = candles.copy()
+    bad.iloc[2, 0] = -1.0
+    path = save_candles(bad, tmp_path / "bad.parquet")
+    code, out, _ = run(capsys, "data-info", str(path))
+    assert code == 1 and "non-positive prices" in out
+
+
+def test_import_csv_converts_cryptodatadownload(capsys, tmp_path: Path):
+    csv = tmp_path / "cdd.csv"
+    csv.write_text(
+        "banner line\ndate,symbol,open,high,low,close,volume_btc,volume\n"
+        "2019-10-17 12-PM,BTCUSD,2,3,1,3,6,18\n2019-10-17 11-AM,BTCUSD,1,2,0.5,2,5,10\n"
+    )
+    out_path = tmp_path / "out.parquet"
+    code, out, _ = run(capsys, "import-csv", str(csv), "--out", str(out_path))
+    assert code == 0 and out_path.is_file() and "BTC/USD" in out
+
+
+def test_debug_shows_the_traceback():
+    from r1trade.errors import UsageError
+
+    with pytest.raises(UsageError):
+        main(["--debug", "data-info", "nowhere.parquet"])

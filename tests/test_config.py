@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import pytest
+
+from r1trade.config import Config, load_config, parse_overrides, resolve_config_path
+from r1trade.errors import ConfigError, UsageError
+
+
+def test_shipped_configs_load_and_resolve_by_name_or_path():
+    main = load_config("btc_momentum")
+    assert main.name == "btc_momentum"
+    assert load_config("btc_momentum.yaml") == main
+    assert load_config(resolve_config_path("btc_momentum")) == main
+    assert load_config("smoke").model.name_or_path == "tiny-random"
+
+
+def test_defaults_without_a_file():
+    assert load_config(None) == Config()
+
+
+def test_overrides_are_typed_and_nested():
+    cfg = load_config("smoke", ["env.fee_bps=5", "env.allow_short=false", "train.algorithm=grpo", "seed=7"])
+    assert cfg.env.fee_bps == 5.0 and isinstance(cfg.env.fee_bps, float)
+    assert cfg.env.allow_short is False
+    assert cfg.train.algorithm == "grpo"
+    assert cfg.seed == 7
+    assert parse_overrides(["a.b.c=[1, 2]", "a.d=x"]) == {"a": {"b": {"c": [1, 2]}, "d": "x"}}
+
+
+def test_unknown_key_names_the_path_and_closest_key(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  fee_bsp: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'env\.fee_bsp' \(did you mean 'env\.fee_bps'\?\)"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"unknown key 'trian'.*'train'"):
+        load_config(None, ["trian.updates=3"])
+
+
+def test_wrong_type_names_field_and_expected_type():
+    with pytest.raises(ConfigError, match=r"env\.fee_bps: Input should be a valid number.*'abc'"):
+        load_config(None, ["env.fee_bps=abc"])
+    with pytest.raises(ConfigError, match=r"train\.algorithm: Input should be 'ppo', 'grpo' or 'reinforce_pp'"):
+        load_config(None, ["train.algorithm=sgd"])
+
+
+def test_bad_yaml_reports_line(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  fee_bps: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"line \d+, column \d+"):
+        load_config(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just a string\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(scalar)
+
+
+def test_missing_config_lists_shipped_ones():
+    with pytest.raises(UsageError, match=r"config not found: 'nope'.*btc_momentum.*smoke"):
+        load_config("nope")
+
+
+def test_split_fractions_must_add_up():
+    with pytest.raises(ConfigError, match="add up to 1"):
+        load_config(None, ["data.split.train=0.9"])
+    with pytest.raises(ConfigError, match="needs both train_end and validation_end"):
+        load_config(None, ["data.split.method=dates"])
+
+
+def test_resolved_config_round_trips_through_yaml(tmp_path: Path):
+    cfg = load_config("btc_momentum", ["env.fee_bps=7"])
+    path = cfg.save(tmp_path / "run")
+    assert load_config(path) == cfg
