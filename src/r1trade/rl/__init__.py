@@ -1,0 +1,1 @@
+"""Reinforcement learning: masks, advantage estimators, PPO losses and the trainer."""

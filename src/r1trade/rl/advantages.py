@@ -1,0 +1,186 @@
+"""Advantage estimators over (B, T) token tensors: masked GAE, GRPO, REINFORCE++, the StarPO-S filter.
+
+Rewards are per token: each turn's process reward sits on that turn's last sampled token, the outcome
+reward on the final sampled token, zeros elsewhere. Every trajectory is treated as ending at its last
+used token (bootstrap 0). Advantages and returns are training targets, so every estimator runs under
+`torch.no_grad()`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from r1trade.rl.masks import masked_var, masked_whiten, zero_outside
+
+
+def _fold_rewards(rewards: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Move every reward on a mask-0 token onto the closest mask-1 token before it in the same row.
+
+    The rollout puts rewards on sampled tokens, so normally this changes nothing; a reward that lands on an
+    observation or injected token belongs to the action that led there. A non-zero reward before a row's first
+    mask-1 token has no action to credit: ValueError.
+    """
+    batch, length = keep.shape
+    positions = torch.arange(length, device=keep.device).expand(batch, length)  # (B, T)
+    owner = torch.where(keep, positions, -1).cummax(dim=1).values  # (B, T) latest mask-1 index at or before t
+    if ((owner < 0) & (rewards != 0)).any():
+        raise ValueError("a reward sits before the first token of its row's mask: no action to credit it to")
+    return torch.zeros_like(rewards).scatter_add_(1, owner.clamp(min=0), rewards)
+
+
+def _next_kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """For every token, `x` at the next mask-1 token strictly after it in its row, 0 if none. -> (B, T)."""
+    batch, length = keep.shape
+    positions = torch.arange(length, device=keep.device).expand(batch, length)  # (B, T)
+    index = torch.where(keep, positions, length)  # (B, T); `length` points at an appended zero column
+    first_at_or_after = index.flip(1).cummin(dim=1).values.flip(1)  # (B, T)
+    after_last = index.new_full((batch, 1), length)  # (B, 1)
+    strictly_after = torch.cat([first_at_or_after[:, 1:], after_last], dim=1)  # (B, T)
+    padded = torch.cat([x, x.new_zeros(batch, 1)], dim=1)  # (B, T + 1)
+    return padded.gather(1, strictly_after)
+
+
+def _discounted_cumsum(x: torch.Tensor, keep: torch.Tensor, discount: float) -> torch.Tensor:
+    """out_t = x_t + discount * out_next over each row's mask-1 tokens, mask-0 tokens skipped and set to 0."""
+    out = torch.zeros_like(x)  # (B, T)
+    running = x.new_zeros(x.shape[0])  # (B,)
+    for t in reversed(range(x.shape[1])):
+        running = torch.where(keep[:, t], x[:, t] + discount * running, running)
+        out[:, t] = running
+    return zero_outside(out, keep)
+
+
+@torch.no_grad()
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    action_mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+    advantage_mask: bool = True,
+    valid_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the tokens one mask selects. -> (advantages, returns), (B, T).
+
+    `advantage_mask=True` (Agent-R1): the recursion runs over action tokens only, as if the other tokens
+    were not there: a token's next value is the value of the next action token in its row, 0 after the
+    last one. This equals plain GAE on `compress(·, action_mask)` scattered back.
+    `advantage_mask=False` (the ablation): plain GAE over every token of `valid_mask` (the attention mask,
+    required then), so observation tokens get advantages and their values bootstrap the action tokens
+    before them; padding is skipped. Rewards on tokens outside the used mask are added to the closest used
+    token before them. Both outputs are 0 outside the used mask; returns = advantages + values.
+    """
+    if advantage_mask:
+        keep = action_mask.bool()  # (B, T)
+    elif valid_mask is None:
+        raise ValueError("advantage_mask=False needs valid_mask (the attention mask) so padding stays out")
+    else:
+        keep = valid_mask.bool()  # (B, T)
+    values = zero_outside(values, keep)  # (B, T)
+    rewards = _fold_rewards(rewards, keep)  # (B, T)
+    deltas = rewards + gamma * _next_kept(values, keep) - values  # (B, T) TD errors
+    advantages = _discounted_cumsum(deltas, keep, gamma * lam)  # (B, T)
+    return advantages, zero_outside(advantages + values, keep)
+
+
+def _group_mean_std(scores: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group mean and unbiased std of `scores` (N,), groups indexed 0..G-1; std 0 for a lone sample."""
+    num_groups = int(group.max()) + 1
+    counts = torch.bincount(group, minlength=num_groups).to(scores.dtype)  # (G,)
+    mean = scores.new_zeros(num_groups).index_add_(0, group, scores) / counts  # (G,)
+    squares = scores.new_zeros(num_groups).index_add_(0, group, (scores - mean[group]) ** 2)  # (G,)
+    return mean, torch.sqrt(squares / (counts - 1).clamp(min=1))
+
+
+@torch.no_grad()
+def grpo_advantages(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    action_mask: torch.Tensor,
+    eps: float = 1e-6,
+    scale_by_std: bool = True,
+) -> torch.Tensor:
+    """GRPO: each sample's outcome score against its group's, broadcast over its action tokens. -> (N, T).
+
+    A = (score - group mean) / (group std + eps), with the unbiased (n - 1) std, as `torch.std` and TRL's
+    GRPOTrainer use. `scale_by_std=False` gives score - group mean (Dr. GRPO). A group with no spread (one
+    sample, or all scores equal) gets exactly 0, even with `eps=0`. `group_ids` (N,) may be any integers;
+    equal ids form a group.
+    """
+    _, group = torch.unique(group_ids, return_inverse=True)  # (N,) dense in 0..G-1
+    mean, std = _group_mean_std(scores, group)
+    advantages = scores - mean[group]  # (N,)
+    if scale_by_std:
+        spread = std[group]  # (N,)
+        advantages = torch.where(spread > 0, advantages / (spread + eps), torch.zeros_like(advantages))
+    return zero_outside(advantages[:, None].expand(action_mask.shape), action_mask)
+
+
+@torch.no_grad()
+def reinforce_pp_returns(
+    rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    gamma: float,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> torch.Tensor:
+    """REINFORCE++ token returns: discounted future rewards over action tokens, KL penalty in. -> (N, T).
+
+    Every action token's reward is reduced by `kl_coef * kl` (per-token KL to the reference policy, e.g.
+    `kl_penalty(..., "k1")`, computed without gradient); the discount runs over action tokens only, as in
+    `gae`. Rewards on non-action tokens are added to the action token before them. 0 off the action mask.
+    """
+    keep = action_mask.bool()  # (N, T)
+    shaped = _fold_rewards(rewards, keep)  # (N, T)
+    if kl is not None:
+        shaped = shaped - kl_coef * zero_outside(kl, keep)
+    return _discounted_cumsum(shaped, keep, gamma)
+
+
+@torch.no_grad()
+def reinforce_pp_advantages(
+    rewards: torch.Tensor,
+    action_mask: torch.Tensor,
+    gamma: float,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    eps: float = 1e-8,
+) -> torch.Tensor:
+    """REINFORCE++ advantages: `reinforce_pp_returns` whitened over all action tokens given. -> (N, T).
+
+    The normalisation is global (one mean and std for the whole batch): it is what replaces a critic's
+    baseline, so pass the whole rollout batch, not a minibatch.
+    """
+    returns = reinforce_pp_returns(rewards, action_mask, gamma, kl=kl, kl_coef=kl_coef)  # (N, T)
+    return masked_whiten(returns, action_mask, eps=eps)
+
+
+@torch.no_grad()
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(returns - values) / Var(returns) over mask-1 tokens: 1 is a perfect critic, <= 0 no better
+    than a constant. NaN when the returns have no variance (as in Stable-Baselines3): undefined then.
+    """
+    returns_var = masked_var(returns, mask)
+    if returns_var == 0:
+        return float("nan")
+    return float(1 - masked_var(returns - values, mask) / returns_var)
+
+
+def keep_top_groups_by_std(scores: torch.Tensor, group_ids: torch.Tensor, keep_frac: float) -> torch.Tensor:
+    """StarPO-S filter: keep the samples of the `ceil(keep_frac * G)` groups (at least one) with the
+    largest score std. -> bool (N,).
+
+    Groups whose samples all score alike teach nothing under a group baseline; RAGEN keeps the top 25 %.
+    Ties go to the smaller group id. Std is the unbiased one, as in `grpo_advantages`.
+    """
+    if not 0 < keep_frac <= 1:
+        raise ValueError(f"keep_frac must be in (0, 1], got {keep_frac}")
+    _, group = torch.unique(group_ids, return_inverse=True)  # (N,) dense, ordered like the sorted ids
+    _, std = _group_mean_std(scores, group)  # (G,)
+    num_keep = max(1, math.ceil(keep_frac * len(std) - 1e-9))
+    ranked = torch.sort(std, descending=True, stable=True).indices  # (G,)
+    kept_groups = torch.zeros_like(std, dtype=torch.bool)
+    kept_groups[ranked[:num_keep]] = True
+    return kept_groups[group]
