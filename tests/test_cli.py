@@ -77,3 +77,34 @@ def test_debug_shows_the_traceback():
 
     with pytest.raises(UsageError):
         main(["--debug", "data-info", "nowhere.parquet"])
+
+
+def test_fetch_data_through_the_cli_with_a_fake_exchange(capsys, tmp_path: Path, monkeypatch):
+    from test_data_fetch import FakeExchange, synthetic_rows
+
+    fake = FakeExchange(synthetic_rows(30, missing={7}), cap=8)
+    monkeypatch.setattr("r1trade.data.fetch.make_exchange", lambda exchange_id, **_: fake)
+    args = ["fetch-data", "--exchange", "fakex", "--symbol", "BTC/USDT", "--timeframe", "1h",
+            "--since", "2024-01-01", "--until", "2024-01-02", "--out", str(tmp_path)]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert "gaps" in out and "1 (largest 1 bars" in out
+    stored = list(tmp_path.glob("*.parquet"))
+    assert len(stored) == 1
+    code, out, _ = run(capsys, *args)  # resumable: nothing new to add
+    assert code == 0 and "added 0 new" in out
+
+
+def test_unreachable_exchange_is_one_line_exit_1(capsys, monkeypatch):
+    import ccxt
+
+    def broken(exchange_id, **_):
+        from test_data_fetch import FakeExchange
+
+        fake = FakeExchange([], cap=5)
+        fake.load_markets = lambda *a, **k: (_ for _ in ()).throw(ccxt.NetworkError("binance GET https://x"))
+        return fake
+
+    monkeypatch.setattr("r1trade.data.fetch.make_exchange", broken)
+    code, _, err = run(capsys, "fetch-data", "--exchange", "binance", "--max-retries", "0")
+    assert code == 1 and "cannot reach" in err and len(err.strip().splitlines()) == 1

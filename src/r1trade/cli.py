@@ -151,10 +151,11 @@ def fetch_data(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(), console=err_console, transient=True,
     ) as progress:
-        task = progress.add_task(f"{exchange} {symbol} {timeframe}", total=None, status="")
+        task = progress.add_task(f"{exchange} {symbol} {timeframe}", total=1.0, status="")
 
         def update(state) -> None:  # state: FetchProgress
-            progress.update(task, status=f"{state.rows} rows, up to {state.last:%Y-%m-%d %H:%M}")
+            status = state.retry or f"{state.rows} rows, {state.pages} pages, at {state.current:%Y-%m-%d %H:%M}"
+            progress.update(task, completed=state.fraction, status=status)
 
         result = fetch_to_file(
             client, symbol=symbol, timeframe=timeframe, since=start, until=stop, path=path,
