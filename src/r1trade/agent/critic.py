@@ -1,0 +1,86 @@
+"""The backbone forward pass shared by policy and critic, and the critic: a value per token position.
+
+`backbone_hidden` runs a causal LM (or its LoRA wrapper) up to the final norm, without the 49k-vocab head, so the
+trainer can compute the policy's log-probs (in chunks) and a value head's values from one forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from peft import PeftModel
+from torch import nn
+from transformers import PreTrainedModel
+
+CriticKind = Literal["value_head", "separate"]
+
+
+def causal_lm(model: nn.Module) -> PreTrainedModel:
+    """The transformers causal LM inside `model` (unwrapping a peft model; its LoRA layers stay in place)."""
+    return model.get_base_model() if isinstance(model, PeftModel) else model
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted from each row's first real token, so left padding changes no output. -> (B, T)"""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+
+
+def backbone_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Final hidden states (after the last norm) of a causal LM for (B, T) token ids. -> (B, T, H)"""
+    decoder = causal_lm(model).get_decoder()
+    output = decoder(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    )
+    return output.last_hidden_state  # (B, T, H)
+
+
+class Critic(nn.Module):
+    """V(prefix up to and including token t) for every position t: a linear head on a backbone's hidden states.
+
+    kind `value_head`: the head sits on the policy's own backbone, which is deliberately not registered here, so
+    this module's parameters, `state_dict` and checkpoints hold the head alone (with LoRA the shared trainable part
+    of the backbone is the policy's adapter, trained by the policy and value losses together).
+    kind `separate`: the critic owns its backbone (its own LoRA adapter or a full copy) and the head.
+    The head computes in float32 whatever the backbone's dtype.
+    """
+
+    def __init__(self, kind: CriticKind, backbone: nn.Module, *, seed: int) -> None:
+        super().__init__()
+        self.kind = kind
+        if kind == "separate":
+            self.backbone = backbone
+        else:
+            self._shared = (backbone,)  # a tuple keeps the policy's parameters out of this module
+        hidden_size = causal_lm(backbone).config.hidden_size
+        self.head = nn.Linear(hidden_size, 1)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():  # small init, as OpenRLHF: initial values near 0
+            self.head.weight.normal_(0.0, 1.0 / (hidden_size + 1), generator=generator)
+            self.head.bias.zero_()
+
+    @property
+    def shares_policy_backbone(self) -> bool:
+        """True for a value head on the policy: pass the policy's `backbone_hidden` output to `forward`."""
+        return self.kind == "value_head"
+
+    def backbone_model(self) -> nn.Module:
+        """The model whose hidden states the head reads (the policy itself for a value head)."""
+        return self._shared[0] if self.kind == "value_head" else self.backbone
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        hidden: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Values (B, T) for (B, T) token ids; `hidden` (B, T, H) reuses the policy's forward pass (value head only)."""
+        if hidden is None:
+            hidden = backbone_hidden(self.backbone_model(), input_ids, attention_mask)  # (B, T, H)
+        elif not self.shares_policy_backbone:
+            raise ValueError("a separate critic computes its own hidden states; pass hidden=None")
+        return self.head(hidden.float()).squeeze(-1)  # (B, T)

@@ -1,0 +1,330 @@
+"""Masked multi-turn policy optimisation: PPO (with a critic), GRPO and REINFORCE++ on whole trajectories.
+
+One update reads top to bottom, CleanRL-style:
+  1. rollout  — play `rollout.num_envs` episodes with the current policy (groups of `group_size` share a start);
+  2. score    — without gradients: the policy's log-probs, the reference log-probs (adapter off) and values;
+  3. advantages — GAE over action tokens (PPO), group-normalised scores (GRPO) or normalised returns (REINFORCE++);
+  4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask; clipped gradients;
+     a non-finite loss or gradient skips the step;
+  5. log and checkpoint.
+Loss, KL, entropy and advantages count only the tokens the model sampled unless the ablation switches
+`train.loss_mask` / `train.advantage_mask` are off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from r1trade.agent.critic import backbone_hidden
+from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
+from r1trade.agent.rollout import RolloutEngine, TextEnv, Trajectory, sampling_from_config
+from r1trade.config import Config
+from r1trade.rl.advantages import explained_variance
+from r1trade.rl.batch import RolloutBatch, collate, compute_advantages, filter_top_groups
+from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
+from r1trade.rl.losses import entropy_bonus, kl_penalty, policy_loss, value_loss
+from r1trade.rl.masks import masked_mean
+
+EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
+
+
+class TrainingInterrupted(Exception):
+    """Ctrl-C during training; the checkpoint of the last finished update has been written."""
+
+    def __init__(self, checkpoint: Path | None) -> None:
+        super().__init__(f"training interrupted; last checkpoint: {checkpoint}")
+        self.checkpoint = checkpoint
+
+
+@dataclass
+class Outputs:
+    logprobs: torch.Tensor  # (B, T) log π(token t | prefix), 0 at t = 0
+    entropy: torch.Tensor  # (B, T)
+    values: torch.Tensor | None  # (B, T) V(state before token t)
+
+
+def token_outputs(
+    models: AgentModels, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float, chunk: int,
+    with_values: bool,
+) -> Outputs:
+    """One backbone pass: log-probs and entropy from the LM head (in chunks), values from the critic."""
+    hidden = backbone_hidden(models.policy, input_ids, attention_mask)  # (B, T, H)
+    logprobs, entropy = token_logprobs_and_entropy(
+        models.policy, input_ids, attention_mask, temperature=temperature, chunk_size=chunk, hidden=hidden
+    )
+    values = None
+    if with_values:
+        shared = hidden if models.critic.shares_policy_backbone else None
+        raw = models.critic(input_ids, attention_mask, hidden=shared)  # (B, T) V(prefix through t)
+        values = torch.cat([raw.new_zeros(raw.shape[0], 1), raw[:, :-1]], dim=1)  # (B, T) V(prefix before t)
+    return Outputs(logprobs, entropy, values)
+
+
+@dataclass
+class Trainer:
+    config: Config
+    models: AgentModels
+    env_factory: EnvFactory
+    run_dir: Path
+    on_update: Callable[[dict], None] | None = None
+    state: TrainingState = field(init=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.config.train
+        self.uses_critic = cfg.algorithm == "ppo"
+        groups = [{"params": [p for p in self.models.policy.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
+        if self.uses_critic:
+            critic_params = [p for p in self.models.critic.parameters() if p.requires_grad]
+            groups.append({"params": critic_params, "lr": cfg.critic_learning_rate})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
+        warmup = max(cfg.warmup_updates, 0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
+        self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.engine = RolloutEngine(
+            self.models.policy, self.models.tokenizer, sampling_from_config(self.config.rollout)
+        )
+        self.state = TrainingState()
+        self.grad_norm_mean: float | None = None
+
+    # ------------------------------------------------------------------ the loop
+
+    def resume(self) -> Path | None:
+        """Load the newest checkpoint of `run_dir` (if any) and cut the metrics log back to it."""
+        checkpoint = latest_checkpoint(self.run_dir)
+        if checkpoint is not None:
+            self.state = load_checkpoint(checkpoint, self)
+            _truncate_metrics(self.run_dir / "metrics.jsonl", self.state.step)
+        return checkpoint
+
+    def train(self) -> Path:
+        """Run the remaining updates; return the final checkpoint."""
+        cfg = self.config.train
+        checkpoint = None
+        try:
+            while self.state.step < cfg.updates:
+                metrics = self.update()
+                self.state.step += 1
+                metrics["update"] = self.state.step
+                self._log(metrics)
+                if self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.updates:
+                    checkpoint = save_checkpoint(self)
+        except KeyboardInterrupt:
+            checkpoint = save_checkpoint(self) if self.state.step else None
+            raise TrainingInterrupted(checkpoint) from None
+        assert checkpoint is not None
+        return checkpoint
+
+    def update(self) -> dict:
+        """One rollout → score → advantages → optimise round; returns its metrics."""
+        cfg = self.config.train
+        # 1. rollout
+        started = time.perf_counter()
+        trajectories = self.rollout()
+        rollout_seconds = time.perf_counter() - started
+        batch = collate(trajectories, pad_id=self.engine.pad_id)
+        batch = filter_top_groups(batch, cfg.top_group_frac)
+        # 2. score and 3. advantages (no gradients)
+        batch = compute_advantages(self.score(batch), cfg)
+        # 4. optimise
+        started = time.perf_counter()
+        stats = self.optimise(batch)
+        update_seconds = time.perf_counter() - started
+        # 5. metrics
+        metrics = episode_metrics(trajectories)
+        sampled = sum(t.num_action_tokens for t in trajectories)
+        trained = int(batch.attention_mask.sum()) * cfg.epochs
+        metrics.update(stats)
+        metrics.update(
+            rollout_tokens_per_s=sampled / max(rollout_seconds, 1e-9),
+            update_tokens_per_s=trained / max(update_seconds, 1e-9),
+            rollout_seconds=rollout_seconds,
+            update_seconds=update_seconds,
+            peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            learning_rate=self.scheduler.get_last_lr()[0],
+        )
+        if self.uses_critic:
+            action = batch.action_mask.bool()
+            metrics["explained_variance"] = explained_variance(batch.old_values, batch.returns, action)
+        metrics["warnings"] = self.echo_trap_warnings(metrics)
+        return metrics
+
+    def rollout(self) -> list[Trajectory]:
+        """Episodes for this update: `num_envs` environments, consecutive groups of `group_size` share a start."""
+        n, size = self.config.rollout.num_envs, self.config.train.group_size
+        groups = [i // size for i in range(n)]
+        seeds = [_episode_seed(self.config.seed, self.state.step, g) for g in groups]
+        return self.engine.run(self.env_factory(n), seeds, groups=groups, generator=self.generator)
+
+    @torch.no_grad()
+    def score(self, batch: RolloutBatch) -> RolloutBatch:
+        """Old log-probs and values from the current models, reference log-probs with the adapter off."""
+        cfg = self.config.train
+        old_logprobs, ref_logprobs, values = [], [], []
+        temperature = self._temperature()
+        for rows in _chunks(batch.rows, cfg.micro_batch_size):
+            ids, mask = batch.input_ids[rows], batch.attention_mask[rows]
+            out = token_outputs(
+                self.models, ids, mask, temperature=temperature, chunk=cfg.logprob_chunk, with_values=self.uses_critic
+            )
+            old_logprobs.append(out.logprobs)
+            values.append(out.values)
+            with reference_context(self.models) as reference:
+                ref_logprobs.append(
+                    token_logprobs(reference, ids, mask, temperature=temperature, chunk_size=cfg.logprob_chunk)
+                )
+        batch.old_logprobs = torch.cat(old_logprobs)
+        batch.ref_logprobs = torch.cat(ref_logprobs)
+        batch.old_values = torch.cat(values) if self.uses_critic else None
+        return batch
+
+    def optimise(self, batch: RolloutBatch) -> dict:
+        """Epochs × shuffled minibatches of segments, gradient accumulation over micro-batches."""
+        cfg = self.config.train
+        totals: dict[str, list[float]] = {}
+        skipped = 0
+        order_generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.state.step)
+        for _ in range(cfg.epochs):
+            order = torch.randperm(batch.rows, generator=order_generator)
+            for start in range(0, batch.rows, cfg.minibatch_size):
+                minibatch = batch.select(order[start : start + cfg.minibatch_size])
+                stats, finite = self.step(minibatch)
+                skipped += not finite
+                for key, value in stats.items():
+                    totals.setdefault(key, []).append(value)
+        summary = {key: sum(values) / len(values) for key, values in totals.items()}
+        summary["skipped_steps"] = skipped
+        return summary
+
+    def step(self, minibatch: RolloutBatch) -> tuple[dict, bool]:
+        """One optimiser step over a minibatch; returns its stats and whether it was applied."""
+        cfg = self.config.train
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_mask_all = self._loss_mask(minibatch)
+        tokens = loss_mask_all.sum().clamp(min=1)
+        stats: dict[str, float] = {}
+        total_loss = 0.0
+        for rows in _chunks(minibatch.rows, cfg.micro_batch_size):
+            micro = minibatch.select(rows)
+            loss, micro_stats = self.loss(micro)
+            weight = float(self._loss_mask(micro).sum() / tokens)
+            (loss * weight).backward()
+            total_loss += float(loss.detach()) * weight
+            for key, value in micro_stats.items():
+                stats[key] = stats.get(key, 0.0) + value * weight
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        stats.update(loss=total_loss, grad_norm=grad_norm)
+        if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            return stats, False
+        self.optimizer.step()
+        self.scheduler.step()
+        return stats, True
+
+    def loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The algorithm's loss on a micro-batch (a mean over its loss-mask tokens)."""
+        cfg = self.config.train
+        mask = self._loss_mask(micro)
+        out = token_outputs(
+            self.models, micro.input_ids, micro.attention_mask,
+            temperature=self._temperature(), chunk=cfg.logprob_chunk, with_values=self.uses_critic,
+        )
+        pg, stats = policy_loss(out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high)
+        entropy = entropy_bonus(out.entropy, mask)
+        loss = pg - cfg.entropy_coef * entropy
+        kl = masked_mean(kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3"), mask)
+        if cfg.algorithm == "grpo" and cfg.kl_coef > 0:
+            loss = loss + cfg.kl_coef * kl
+        stats = {**stats, "policy_loss": float(pg.detach()), "entropy": float(entropy.detach()), "kl_ref": float(kl.detach())}
+        if self.uses_critic:
+            value_mask = micro.action_mask if cfg.advantage_mask else micro.attention_mask.float()
+            vf, vstats = value_loss(out.values, micro.old_values, micro.returns, value_mask, cfg.value_clip)
+            loss = loss + cfg.value_coef * vf
+            stats.update(value_loss=float(vf.detach()), **{f"value_{k}": v for k, v in vstats.items()})
+        return loss, stats
+
+    # ------------------------------------------------------------------ helpers
+
+    def _loss_mask(self, batch: RolloutBatch) -> torch.Tensor:
+        if self.config.train.loss_mask:
+            return batch.action_mask
+        valid = batch.attention_mask.float().clone()
+        valid[:, 0] = 0.0  # the first token of a row has no prefix to predict it from
+        return valid
+
+    def _temperature(self) -> float:
+        t = self.config.rollout.temperature
+        return t if t > 0 else 1.0
+
+    def echo_trap_warnings(self, metrics: dict) -> list[str]:
+        """RAGEN's echo trap: collapsing reward variance or entropy, or a spiking gradient norm."""
+        cfg = self.config.train
+        warnings = []
+        if metrics.get("reward_std", 1.0) < cfg.echo_min_reward_std:
+            warnings.append(f"reward std collapsed to {metrics['reward_std']:.2g}")
+        if metrics.get("entropy", 1.0) < cfg.echo_min_entropy:
+            warnings.append(f"entropy collapsed to {metrics['entropy']:.3g}")
+        grad_norm = metrics.get("grad_norm")
+        if grad_norm is not None and math.isfinite(grad_norm):
+            if self.grad_norm_mean is not None and grad_norm > cfg.echo_grad_spike * self.grad_norm_mean:
+                warnings.append(f"grad norm spiked to {grad_norm:.3g} (running mean {self.grad_norm_mean:.3g})")
+            self.grad_norm_mean = grad_norm if self.grad_norm_mean is None else 0.9 * self.grad_norm_mean + 0.1 * grad_norm
+        return warnings
+
+    def _log(self, metrics: dict) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with (self.run_dir / "metrics.jsonl").open("a") as handle:
+            handle.write(json.dumps(metrics, default=float) + "\n")
+        if self.on_update is not None:
+            self.on_update(metrics)
+
+
+def episode_metrics(trajectories: list[Trajectory]) -> dict:
+    """Per-update means over episodes: return, each reward component, PnL, valid-call rate, turn counts."""
+    returns = torch.tensor([t.total_reward for t in trajectories])
+    metrics: dict = {
+        "episode_return": float(returns.mean()),
+        "reward_std": float(returns.std()) if len(returns) > 1 else 0.0,
+        "turns": sum(len(t.turns) for t in trajectories) / len(trajectories),
+        "truncated_turn_rate": sum(turn.truncated for t in trajectories for turn in t.turns)
+        / max(1, sum(len(t.turns) for t in trajectories)),
+    }
+    components: dict[str, float] = {}
+    for trajectory in trajectories:
+        for turn in trajectory.turns:
+            for name, value in turn.info.get("reward_components", {}).items():
+                components[name] = components.get(name, 0.0) + float(value)
+    metrics.update({f"reward/{k}": v / len(trajectories) for k, v in sorted(components.items())})
+    valid = [turn.info["valid_call"] for t in trajectories for turn in t.turns if "valid_call" in turn.info]
+    if valid:
+        metrics["valid_call_rate"] = sum(map(bool, valid)) / len(valid)
+    pnl = [t.final_info["episode_return"] for t in trajectories if "episode_return" in t.final_info]
+    if pnl:
+        metrics["episode_pnl_pct"] = 100 * sum(pnl) / len(pnl)
+    return metrics
+
+
+def _episode_seed(seed: int, update: int, group: int) -> int:
+    return (seed * 1_000_003 + update * 10_007 + group) % (2**31 - 1)
+
+
+def _chunks(n: int, size: int) -> list[torch.Tensor]:
+    return [torch.arange(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop log lines of updates after `step` (they were not checkpointed and will be redone)."""
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["update"] <= step]
+    path.write_text("".join(line + "\n" for line in lines))

@@ -1,0 +1,150 @@
+"""Rollout engine on the tiny model: masks select exactly the model's words, rewards sit where they belong,
+the KV cache changes nothing but speed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from r1trade.agent.rollout import ChatTokens, RolloutEngine, SamplingConfig, Trajectory
+
+from agent_fixtures import tiny_agent  # noqa: F401  (fixture)
+
+
+class ScriptedEnv:
+    """A text env with a fixed number of turns; resets its context every `reset_every` turns."""
+
+    def __init__(self, turns: int = 3, reset_every: int = 0) -> None:
+        self.turns, self.reset_every = turns, reset_every
+        self.t = 0
+        self.seen: list[str] = []
+
+    def reset(self, seed=None, options=None):
+        self.t, self.seed = 0, seed
+        return [{"role": "system", "content": "You trade."}, {"role": "user", "content": f"Start {seed}: price 100"}], {}
+
+    def step(self, text):
+        self.seen.append(text)
+        self.t += 1
+        done = self.t >= self.turns
+        info = {"turn": self.t, "context_reset": bool(self.reset_every) and self.t % self.reset_every == 0}
+        if info["context_reset"]:
+            messages = [{"role": "system", "content": "You trade."}, {"role": "user", "content": f"Summary {self.t}"}]
+        else:
+            messages = [{"role": "tool", "content": f"result {self.t}"}, {"role": "user", "content": f"price {100 + self.t}"}]
+        return messages, float(self.t), done, False, info
+
+
+def decode_masked(tokenizer, trajectory: Trajectory, bit: int) -> str:
+    return "".join(
+        tokenizer.decode([t for t, m in zip(seg.token_ids, seg.action_mask) if m == bit], skip_special_tokens=False)
+        for seg in trajectory.segments
+    )
+
+
+def run(agent, envs, *, greedy=False, max_new_tokens=12, seed=0):
+    model, tokenizer = agent
+    engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=max_new_tokens, greedy=greedy))
+    generator = torch.Generator().manual_seed(seed)
+    return engine.run(envs, seeds=list(range(len(envs))), generator=generator)
+
+
+def test_mask_one_tokens_are_exactly_the_sampled_turns(tiny_agent):
+    model, tokenizer = tiny_agent
+    envs = [ScriptedEnv(turns=3), ScriptedEnv(turns=2), ScriptedEnv(turns=4, reset_every=2)]
+    trajectories = run(tiny_agent, envs)
+    for trajectory in trajectories:
+        sampled_ids = []
+        for turn in trajectory.turns:
+            seg = trajectory.segments[turn.segment]
+            assert all(seg.action_mask[turn.start : turn.end])
+            sampled_ids.append(seg.token_ids[turn.start : turn.end])
+        flat = [t for ids in sampled_ids for t in ids]
+        masked = [t for seg in trajectory.segments for t, m in zip(seg.token_ids, seg.action_mask) if m]
+        assert masked == flat
+        assert [tokenizer.decode(ids, skip_special_tokens=True) for ids in sampled_ids] == [
+            turn.text for turn in trajectory.turns
+        ]
+    assert [len(t.turns) for t in trajectories] == [3, 2, 4]
+    assert [len(t.segments) for t in trajectories] == [1, 1, 2]
+
+
+def test_mask_zero_tokens_are_exactly_the_prompts_and_observations(tiny_agent):
+    _, tokenizer = tiny_agent
+    chat = ChatTokens(tokenizer)
+    env = ScriptedEnv(turns=3)
+    (trajectory,) = run(tiny_agent, [env])
+    context = tokenizer.decode(trajectory.segments[0].token_ids, skip_special_tokens=False)
+    expected_prefix = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "You trade."}, {"role": "user", "content": "Start 0: price 100"}],
+        tokenize=False, add_generation_prompt=True,
+    )
+    assert context.startswith(expected_prefix)
+    observed = decode_masked(tokenizer, trajectory, 0)
+    assert observed.startswith(expected_prefix)
+    for t in (1, 2):
+        assert f"result {t}" in observed and f"price {100 + t}" in observed
+    # injected end-of-turn tokens are mask 0 and sit right after each non-final turn
+    seg = trajectory.segments[0]
+    for turn in trajectory.turns[:-1]:
+        closing = chat.closing(seg.token_ids[turn.start : turn.end])
+        assert seg.token_ids[turn.end : turn.end + len(closing)] == closing
+        assert not any(seg.action_mask[turn.end : turn.end + len(closing)])
+
+
+def test_rewards_sit_on_each_turns_last_sampled_token(tiny_agent):
+    (trajectory,) = run(tiny_agent, [ScriptedEnv(turns=4, reset_every=2)])
+    placed = {}
+    for index, seg in enumerate(trajectory.segments):
+        for position, reward in enumerate(seg.rewards):
+            if reward:
+                placed[(index, position)] = reward
+    assert placed == {(turn.segment, turn.end - 1): turn.reward for turn in trajectory.turns}
+    assert trajectory.total_reward == 1 + 2 + 3 + 4
+
+
+def test_truncated_turns_are_flagged_and_closed_with_mask_zero_tokens(tiny_agent):
+    _, tokenizer = tiny_agent
+    (trajectory,) = run(tiny_agent, [ScriptedEnv(turns=2)], max_new_tokens=3)
+    turn = trajectory.turns[0]
+    assert turn.end - turn.start <= 3
+    if turn.truncated:  # a random tiny model rarely stops by itself within 3 tokens
+        seg = trajectory.segments[0]
+        closing = ChatTokens(tokenizer).turn_closing
+        assert seg.token_ids[turn.end : turn.end + len(closing)] == closing
+        assert seg.action_mask[turn.end : turn.end + len(closing)] == [0] * len(closing)
+
+
+def test_greedy_is_the_same_batched_and_one_at_a_time(tiny_agent):
+    def envs():
+        return [ScriptedEnv(turns=3), ScriptedEnv(turns=2, reset_every=1), ScriptedEnv(turns=3)]
+
+    batched = run(tiny_agent, envs(), greedy=True)
+    model, tokenizer = tiny_agent
+    engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=12, greedy=True))
+    for index, env in enumerate(envs()):
+        (alone,) = engine.run([env], seeds=[index])
+        assert [seg.token_ids for seg in alone.segments] == [seg.token_ids for seg in batched[index].segments]
+        assert [seg.action_mask for seg in alone.segments] == [seg.action_mask for seg in batched[index].segments]
+        for a, b in zip(alone.segments, batched[index].segments):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+
+
+def test_cached_logprobs_equal_a_fresh_forward_pass(tiny_agent):
+    model, _ = tiny_agent
+    trajectories = run(tiny_agent, [ScriptedEnv(turns=3), ScriptedEnv(turns=4, reset_every=2)])
+    for trajectory in trajectories:
+        for seg in trajectory.segments:
+            ids = torch.tensor([seg.token_ids])
+            with torch.no_grad():
+                logp = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)[0]  # (T, V)
+            fresh = torch.zeros(len(seg))
+            fresh[1:] = logp[:-1].gather(1, ids[0, 1:, None]).squeeze(1)
+            mask = torch.tensor(seg.action_mask, dtype=torch.bool)
+            assert torch.allclose(fresh[mask], torch.tensor(seg.logprobs)[mask], atol=1e-4)
+
+
+def test_same_generator_seed_same_trajectories(tiny_agent):
+    first = run(tiny_agent, [ScriptedEnv(), ScriptedEnv()], seed=3)
+    second = run(tiny_agent, [ScriptedEnv(), ScriptedEnv()], seed=3)
+    assert [s.token_ids for t in first for s in t.segments] == [s.token_ids for t in second for s in t.segments]

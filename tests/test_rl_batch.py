@@ -1,0 +1,95 @@
+"""Collating trajectories into rows and computing each algorithm's advantages across context resets."""
+
+import torch
+
+from r1trade.agent.rollout import Segment, Trajectory
+from r1trade.config import TrainConfig
+from r1trade.rl.advantages import gae
+from r1trade.rl.batch import TrajectoryView, collate, compute_advantages, filter_top_groups, trajectory_scores
+
+
+def segment(ids, mask, rewards=None, logprobs=None) -> Segment:
+    n = len(ids)
+    return Segment(list(ids), list(mask), list(logprobs or [0.0] * n), list(rewards or [0.0] * n))
+
+
+def two_trajectories() -> list[Trajectory]:
+    # trajectory 0 spans two segments (a context reset); trajectory 1 has one.
+    a = Trajectory(seed=0, group=0, segments=[
+        segment([1, 2, 3, 4], [0, 1, 1, 0], rewards=[0, 0, 0.5, 0]),
+        segment([5, 6, 7], [0, 0, 1], rewards=[0, 0, 1.0]),
+    ])
+    b = Trajectory(seed=1, group=0, segments=[segment([8, 9, 10, 11, 12], [0, 0, 1, 1, 1], rewards=[0, 0, 0, 0, 2.0])])
+    return [a, b]
+
+
+def test_collate_pads_rows_and_keeps_bookkeeping():
+    batch = collate(two_trajectories(), pad_id=0)
+    assert batch.input_ids.tolist() == [[1, 2, 3, 4, 0], [5, 6, 7, 0, 0], [8, 9, 10, 11, 12]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+    assert batch.trajectory.tolist() == [0, 0, 1]
+    assert trajectory_scores(batch).tolist() == [1.5, 2.0]
+
+
+def test_trajectory_view_lays_segments_end_to_end_and_back():
+    batch = collate(two_trajectories(), pad_id=0)
+    view = TrajectoryView(batch)
+    ids = view.to_trajectories(batch.input_ids.float())
+    assert ids.tolist() == [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 0, 0]]
+    assert torch.equal(view.to_rows(ids), batch.input_ids.float())
+
+
+def test_ppo_advantages_flow_across_a_context_reset():
+    batch = collate(two_trajectories(), pad_id=0)
+    batch.old_values = torch.zeros_like(batch.rewards)
+    config = TrainConfig(gamma=1.0, lam=1.0, kl_coef=0.0)
+    out = compute_advantages(batch, config)
+    # with V = 0, γ = λ = 1 the raw advantage is reward-to-go over action tokens: trajectory 0's tokens
+    # [2, 3, 7] get [1.5, 1.5, 1.0] although token 7 sits in another segment; trajectory 1's [2, 2, 2].
+    raw = torch.tensor([1.5, 1.5, 1.0, 2.0, 2.0, 2.0])
+    whitened = (raw - raw.mean()) / (raw.std() + 1e-8)
+    action = batch.action_mask.bool()
+    assert torch.allclose(out.advantages[action], whitened, atol=1e-6)
+    assert torch.allclose(out.returns[action], raw)
+    assert (out.advantages[~action] == 0).all()
+
+
+def test_ppo_kl_penalty_enters_the_rewards_of_action_tokens_only():
+    batch = collate(two_trajectories(), pad_id=0)
+    batch.old_values = torch.zeros_like(batch.rewards)
+    batch.ref_logprobs = batch.old_logprobs - 0.1  # k1 = +0.1 per token everywhere
+    config = TrainConfig(gamma=1.0, lam=1.0, kl_coef=1.0, kl_estimator="k1")
+    out = compute_advantages(batch, config)
+    action = batch.action_mask.bool()
+    assert torch.allclose(out.returns[action], torch.tensor([1.2, 1.3, 0.9, 1.7, 1.8, 1.9]))
+
+
+def test_advantage_mask_off_runs_gae_over_every_token():
+    batch = collate(two_trajectories(), pad_id=0)
+    batch.old_values = torch.zeros_like(batch.rewards)
+    out = compute_advantages(batch, TrainConfig(gamma=0.5, lam=1.0, kl_coef=0.0, advantage_mask=False))
+    view = TrajectoryView(batch)
+    valid = view.to_trajectories(batch.attention_mask.float())
+    _, expected = gae(view.to_trajectories(batch.rewards), torch.zeros_like(valid), valid, 0.5, 1.0,
+                      advantage_mask=False, valid_mask=valid)
+    assert torch.allclose(out.returns, view.to_rows(expected))
+    assert out.advantages[0, 0] != 0  # a prompt token gets an advantage in the ablation
+
+
+def test_grpo_broadcasts_group_normalised_scores():
+    batch = collate(two_trajectories(), pad_id=0)
+    out = compute_advantages(batch, TrainConfig(algorithm="grpo", group_size=2))
+    std = torch.tensor([1.5, 2.0]).std()
+    action = batch.action_mask.bool()
+    expected = torch.tensor([-0.25, -0.25, -0.25, 0.25, 0.25, 0.25]) / (std + 1e-6)
+    assert torch.allclose(out.advantages[action], expected, atol=1e-6)
+
+
+def test_top_group_filter_keeps_the_high_variance_group():
+    trajectories = two_trajectories()
+    flat = [Trajectory(seed=2, group=1, segments=[segment([1, 2], [0, 1], rewards=[0, 1.0])]),
+            Trajectory(seed=3, group=1, segments=[segment([1, 2], [0, 1], rewards=[0, 1.0])])]
+    batch = collate(trajectories + flat, pad_id=0)
+    kept = filter_top_groups(batch, keep_frac=0.5)
+    assert kept.group.tolist() == [0, 0, 0] and kept.trajectory.tolist() == [0, 0, 1]
+    assert kept.input_ids.shape == (3, 5)

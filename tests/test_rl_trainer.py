@@ -1,0 +1,133 @@
+"""The trainer on the tiny model: it learns an easy reward, resumes exactly, skips NaN steps, saves on Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from r1trade.agent.model import load_agent_models
+from r1trade.config import Config, load_config
+from r1trade.rl.checkpoint import latest_checkpoint
+from r1trade.rl.trainer import Trainer, TrainingInterrupted
+
+VOWELS = set("aeiouAEIOU")
+
+
+class VowelEnv:
+    """`turns` turns per episode; each turn earns the share of vowels in what the model wrote (easy to learn)."""
+
+    def __init__(self, turns: int = 1) -> None:
+        self.turns = turns
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return [{"role": "system", "content": "Write."}, {"role": "user", "content": f"Go {seed}"}], {}
+
+    def step(self, text):
+        self.t += 1
+        letters = [c for c in text if c.isalpha()]
+        reward = sum(c in VOWELS for c in letters) / max(1, len(letters))
+        info = {"reward_components": {"vowels": reward}, "valid_call": bool(letters)}
+        return [{"role": "user", "content": f"again {self.t}"}], reward, self.t >= self.turns, False, info
+
+
+def make_config(**train) -> Config:
+    overrides = [
+        "model.name_or_path=tiny-random", "model.lora.enabled=false", "rollout.num_envs=8",
+        "rollout.max_new_tokens=6", "train.epochs=2", "train.minibatch_size=4", "train.micro_batch_size=2",
+        "train.learning_rate=0.003", "train.critic_learning_rate=0.003", "train.kl_coef=0", "train.checkpoint_every=2",
+    ]
+    overrides += [f"train.{k}={v}" for k, v in train.items()]
+    return load_config(None, overrides)
+
+
+def make_trainer(config: Config, run_dir: Path, turns: int = 1) -> Trainer:
+    models = load_agent_models(config.model, seed=config.seed)
+    return Trainer(config, models, lambda n: [VowelEnv(turns) for _ in range(n)], run_dir)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+def test_an_easy_reward_rises_within_a_few_dozen_updates(tmp_path: Path, algorithm: str):
+    extra = {"group_size": 4} if algorithm == "grpo" else {}
+    config = make_config(updates=30, algorithm=algorithm, **extra)
+    trainer = make_trainer(config, tmp_path)
+    trainer.train()
+    returns = [m["episode_return"] for m in read_metrics(tmp_path)]
+    first, last = sum(returns[:5]) / 5, sum(returns[-5:]) / 5
+    assert last > first + 0.15, returns
+
+
+def test_resume_continues_exactly(tmp_path: Path):
+    config = make_config(updates=4)
+    straight = make_trainer(config, tmp_path / "straight", turns=2)
+    straight.train()
+
+    split = make_trainer(config.model_copy(update={"train": config.train.model_copy(update={"updates": 2})}),
+                         tmp_path / "split", turns=2)
+    split.train()
+    resumed = make_trainer(config, tmp_path / "split", turns=2)
+    assert resumed.resume() == tmp_path / "split" / "checkpoints" / "step-2"
+    resumed.train()
+
+    for a, b in zip(straight.models.policy.parameters(), resumed.models.policy.parameters(), strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(straight.models.critic.parameters(), resumed.models.critic.parameters(), strict=True):
+        assert torch.equal(a, b)
+    timing = {"rollout_tokens_per_s", "update_tokens_per_s", "rollout_seconds", "update_seconds", "peak_memory_mb"}
+    clean = lambda rows: [{k: v for k, v in row.items() if k not in timing} for row in rows]  # noqa: E731
+    assert clean(read_metrics(tmp_path / "straight")) == clean(read_metrics(tmp_path / "split"))
+
+
+def test_metrics_cover_rewards_ppo_diagnostics_and_speed(tmp_path: Path):
+    trainer = make_trainer(make_config(updates=1), tmp_path, turns=2)
+    trainer.train()
+    (row,) = read_metrics(tmp_path)
+    for key in ("episode_return", "reward/vowels", "valid_call_rate", "approx_kl", "clipfrac", "entropy",
+                "value_loss", "explained_variance", "grad_norm", "rollout_tokens_per_s", "update_tokens_per_s",
+                "peak_memory_mb", "skipped_steps", "warnings"):
+        assert key in row, key
+    assert row["update"] == 1 and row["skipped_steps"] == 0
+
+
+def test_non_finite_loss_skips_the_step_and_keeps_weights(tmp_path: Path, monkeypatch):
+    trainer = make_trainer(make_config(updates=1), tmp_path)
+    before = [p.detach().clone() for p in trainer.models.policy.parameters()]
+    real_loss = Trainer.loss
+
+    def poisoned(self, micro):
+        loss, stats = real_loss(self, micro)
+        return loss * math.nan, stats
+
+    monkeypatch.setattr(Trainer, "loss", poisoned)
+    trainer.train()
+    (row,) = read_metrics(tmp_path)
+    assert row["skipped_steps"] == row["skipped_steps"] and row["skipped_steps"] >= 1
+    for a, b in zip(before, trainer.models.policy.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_ctrl_c_saves_the_last_finished_update(tmp_path: Path, monkeypatch):
+    trainer = make_trainer(make_config(updates=5, checkpoint_every=10), tmp_path)
+    real_update = Trainer.update
+    calls = {"n": 0}
+
+    def interrupted(self):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_update(self)
+
+    monkeypatch.setattr(Trainer, "update", interrupted)
+    with pytest.raises(TrainingInterrupted) as caught:
+        trainer.train()
+    assert caught.value.checkpoint == tmp_path / "checkpoints" / "step-2"
+    assert latest_checkpoint(tmp_path) == caught.value.checkpoint
+    assert len(read_metrics(tmp_path)) == 2
