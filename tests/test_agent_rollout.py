@@ -148,3 +148,21 @@ def test_same_generator_seed_same_trajectories(tiny_agent):
     first = run(tiny_agent, [ScriptedEnv(), ScriptedEnv()], seed=3)
     second = run(tiny_agent, [ScriptedEnv(), ScriptedEnv()], seed=3)
     assert [s.token_ids for t in first for s in t.segments] == [s.token_ids for t in second for s in t.segments]
+
+
+def test_viewer_marks_sampled_and_masked_tokens(tiny_agent):
+    from rich.console import Console
+
+    from r1trade.agent.viewer import MASKED_STYLE, SAMPLED_STYLE, render_tokens, render_trajectory
+
+    _, tokenizer = tiny_agent
+    (trajectory,) = run(tiny_agent, [ScriptedEnv(turns=2)])
+    seg = trajectory.segments[0]
+    text = render_tokens(tokenizer, seg.token_ids, seg.action_mask)
+    sampled = "".join(text.plain[s.start : s.end] for s in text.spans if s.style == SAMPLED_STYLE)
+    masked = "".join(text.plain[s.start : s.end] for s in text.spans if s.style == MASKED_STYLE)
+    assert sampled == decode_masked(tokenizer, trajectory, 1)
+    assert masked == decode_masked(tokenizer, trajectory, 0)
+    console = Console(record=True, width=120)
+    console.print(render_trajectory(tokenizer, trajectory))
+    assert "total reward +3.0000" in console.export_text()

@@ -31,7 +31,7 @@ class VowelEnv:
         self.t += 1
         letters = [c for c in text if c.isalpha()]
         reward = sum(c in VOWELS for c in letters) / max(1, len(letters))
-        info = {"reward_components": {"vowels": reward}, "valid_call": bool(letters)}
+        info = {"reward_components": {"vowels": reward}, "parse_error": None if letters else "no letters"}
         return [{"role": "user", "content": f"again {self.t}"}], reward, self.t >= self.turns, False, info
 
 

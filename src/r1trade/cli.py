@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from r1trade import __version__
 from r1trade.config import Config, load_config, resolve_path
-from r1trade.errors import R1TradeError, UsageError
+from r1trade.errors import R1TradeError, TrainingInterrupted, UsageError
 
 app = typer.Typer(
     name="r1trade",
@@ -178,26 +179,108 @@ def _timestamp(text: str, flag: str) -> pd.Timestamp:
 # --------------------------------------------------------------------------- training and evaluation
 
 
+@app.command("check-env")
+def check_env(
+    config: ConfigOption = "btc_momentum",
+    set_: SetOption = None,
+    episodes: Annotated[int, typer.Option(help="episodes per scripted policy")] = 5,
+    split: Annotated[str, typer.Option(help="data split to replay")] = "train",
+) -> None:
+    """Run scripted policies (random, malformed, momentum) through the env and check determinism."""
+    resolved = _config(config, set_)
+    from r1trade.env.check import render_check_report, run_check_env
+
+    report = run_check_env(resolved, episodes=episodes, seed=resolved.seed, split=split)
+    console.print(render_check_report(report))
+
+
+@app.command("show-rollout")
+def show_rollout(
+    config: ConfigOption = "smoke",
+    set_: SetOption = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="checkpoint directory (default: the untrained model)")] = None,
+    split: Annotated[str, typer.Option(help="data split to replay")] = "train",
+    greedy: Annotated[bool, typer.Option(help="greedy decoding instead of sampling")] = False,
+) -> None:
+    """Play one episode and print it: sampled tokens highlighted, masked tokens dimmed, rewards per turn."""
+    import torch
+
+    from r1trade.agent.model import load_agent_models
+    from r1trade.agent.rollout import RolloutEngine, sampling_from_config
+    from r1trade.agent.viewer import render_trajectory
+    from r1trade.env.trading_env import make_envs
+    from r1trade.rl.checkpoint import load_trained_agent
+
+    resolved = _config(config, set_)
+    if checkpoint is not None:
+        resolved, models = load_trained_agent(checkpoint)
+    else:
+        models = load_agent_models(resolved.model, seed=resolved.seed)
+    engine = RolloutEngine(models.policy, models.tokenizer, sampling_from_config(resolved.rollout, greedy=greedy))
+    generator = torch.Generator().manual_seed(resolved.seed)
+    (trajectory,) = engine.run(make_envs(resolved, 1, split), [resolved.seed], generator=generator)
+    console.print(render_trajectory(models.tokenizer, trajectory))
+
+
 @app.command()
 def train(
     config: ConfigOption = "btc_momentum",
     set_: SetOption = None,
-    resume: Annotated[Path | None, typer.Option(help="run directory to resume")] = None,
+    resume: Annotated[Path | None, typer.Option(help="run directory to continue from its last checkpoint")] = None,
 ) -> None:
-    """Train the agent with multi-turn RL (PPO, GRPO or REINFORCE++)."""
-    _config(config, set_)
-    raise R1TradeError("`r1trade train` is not available yet in this version: the RL trainer is not built")
+    """Train the agent with multi-turn RL (PPO, GRPO or REINFORCE++); writes runs/<name>/."""
+    from r1trade.rl.run import train_run
+
+    if resume is not None:
+        if not (resume / "config.yaml").is_file():
+            raise UsageError(f"cannot resume: '{resume}' is not a run directory (no config.yaml)")
+        resolved = load_config(resume / "config.yaml", set_ or [])
+        run_dir = resume
+    else:
+        resolved = _config(config, set_)
+        run_dir = Path(resolved.output_dir) / resolved.name
+        if (run_dir / "checkpoints").exists():
+            raise UsageError(
+                f"run directory '{run_dir}' already has checkpoints: pass --resume {run_dir} "
+                "or choose another name with --set name=..."
+            )
+    checkpoint = train_run(resolved, run_dir, resume=resume is not None, console=console)
+    console.print(f"final checkpoint: [bold]{checkpoint}[/bold]")
 
 
 @app.command()
 def backtest(
     config: ConfigOption = "btc_momentum",
     set_: SetOption = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="run this baseline alone (default: every one in backtest.strategies)")
+    ] = None,
     checkpoint: Annotated[Path | None, typer.Option(help="checkpoint directory to evaluate")] = None,
+    split: Annotated[str | None, typer.Option(help="train, validation or test (default: backtest.split)")] = None,
+    data: Annotated[Path | None, typer.Option(help="candle file (default: data.path)")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="report directory (default: reports/<name>-<split>)")
+    ] = None,
 ) -> None:
-    """Backtest a checkpoint against baselines on held-out data."""
-    _config(config, set_)
-    raise R1TradeError("`r1trade backtest` is not available yet in this version: the backtester is not built")
+    """Backtest baselines (and a checkpoint) on held-out data; write metrics, trades, equity, a chart and HTML."""
+    from r1trade.backtest.report import comparison_table
+    from r1trade.backtest.runner import run_backtest
+
+    flags = {"data.path": None if data is None else str(data), "backtest.split": split}
+    # JSON strings are YAML strings: a path like `1.parquet` or `on.csv` stays a string.
+    overrides = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+    resolved = _config(config, [*(set_ or []), *overrides])
+    outcome = run_backtest(resolved, strategy=strategy, checkpoint=checkpoint, out_dir=out)
+    candles = outcome.context.candles
+    title = (
+        f"{resolved.name} · {outcome.context.split} split · {candles.index[0]:%Y-%m-%d} → "
+        f"{candles.index[-1]:%Y-%m-%d} · fee {resolved.env.fee_bps:g} bps, slippage {resolved.env.slippage_bps:g} bps"
+    )
+    console.print(comparison_table(outcome.runs, title=title))
+    for run in outcome.runs:
+        if run.note:
+            console.print(f"{run.name}: {run.note}", highlight=False)
+    console.print(f"report: {outcome.out_dir / 'report.html'} (and {', '.join(f.name for f in outcome.files[:4])})")
 
 
 # --------------------------------------------------------------------------- entry point
@@ -216,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
+    except TrainingInterrupted as exc:
+        err_console.print(f"interrupted: {exc}")
+        return 130
     except (click.exceptions.Abort, KeyboardInterrupt):
         err_console.print("interrupted")
         return 130

@@ -28,3 +28,11 @@ class DataError(R1TradeError):
 
 class ExchangeError(R1TradeError):
     """An exchange could not be reached or refused a request."""
+
+
+class TrainingInterrupted(Exception):
+    """Ctrl-C during training; the checkpoint of the last finished update has been written."""
+
+    def __init__(self, checkpoint: object) -> None:
+        super().__init__(f"training stopped; last checkpoint: {checkpoint}")
+        self.checkpoint = checkpoint

@@ -27,6 +27,7 @@ from r1trade.agent.critic import backbone_hidden
 from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
 from r1trade.agent.rollout import RolloutEngine, TextEnv, Trajectory, sampling_from_config
 from r1trade.config import Config
+from r1trade.errors import TrainingInterrupted
 from r1trade.rl.advantages import explained_variance
 from r1trade.rl.batch import RolloutBatch, collate, compute_advantages, filter_top_groups
 from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -34,14 +35,6 @@ from r1trade.rl.losses import entropy_bonus, kl_penalty, policy_loss, value_loss
 from r1trade.rl.masks import masked_mean
 
 EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
-
-
-class TrainingInterrupted(Exception):
-    """Ctrl-C during training; the checkpoint of the last finished update has been written."""
-
-    def __init__(self, checkpoint: Path | None) -> None:
-        super().__init__(f"training interrupted; last checkpoint: {checkpoint}")
-        self.checkpoint = checkpoint
 
 
 @dataclass
@@ -305,12 +298,15 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
             for name, value in turn.info.get("reward_components", {}).items():
                 components[name] = components.get(name, 0.0) + float(value)
     metrics.update({f"reward/{k}": v / len(trajectories) for k, v in sorted(components.items())})
-    valid = [turn.info["valid_call"] for t in trajectories for turn in t.turns if "valid_call" in turn.info]
-    if valid:
-        metrics["valid_call_rate"] = sum(map(bool, valid)) / len(valid)
-    pnl = [t.final_info["episode_return"] for t in trajectories if "episode_return" in t.final_info]
-    if pnl:
-        metrics["episode_pnl_pct"] = 100 * sum(pnl) / len(pnl)
+    turns = [turn.info for t in trajectories for turn in t.turns if "parse_error" in turn.info]
+    if turns:
+        valid = [info["parse_error"] is None and info.get("tool_error") is None for info in turns]
+        metrics["valid_call_rate"] = sum(valid) / len(valid)
+    episodes = [t.final_info["episode"] for t in trajectories if "episode" in t.final_info]
+    if episodes:
+        metrics["episode_pnl_pct"] = sum(e["return_pct"] for e in episodes) / len(episodes)
+        metrics["buy_and_hold_pct"] = sum(e["buy_and_hold_pct"] for e in episodes) / len(episodes)
+        metrics["fees"] = sum(e["fees"] for e in episodes) / len(episodes)
     return metrics
 
 

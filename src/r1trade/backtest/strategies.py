@@ -1,0 +1,93 @@
+"""Rule baselines: each maps candles to a target position per bar (fraction of equity in [-1, 1]).
+
+A target at bar t is computed from bars 0..t only (trailing windows, forward fills, per-bar random draws), so
+it can be decided at that bar's close; warm-up bars where an indicator is undefined are flat (0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+from ta.momentum import RSIIndicator
+
+Strategy = Callable[..., pd.Series]
+
+
+def buy_and_hold(candles: pd.DataFrame) -> pd.Series:
+    """Fully long from the first close onwards (so it enters at the open of bar 1)."""
+    return pd.Series(1.0, index=candles.index, name="target")
+
+
+def sma_crossover(
+    candles: pd.DataFrame, *, fast: int = 20, slow: int = 50, allow_short: bool = False
+) -> pd.Series:
+    """Momentum: long while the fast SMA of closes is above the slow one, else flat or short."""
+    if not 0 < fast < slow:
+        raise ValueError("need 0 < fast < slow")
+    close = candles["close"]
+    fast_ma, slow_ma = close.rolling(fast).mean(), close.rolling(slow).mean()
+    target = np.where(fast_ma > slow_ma, 1.0, -1.0 if allow_short else 0.0)
+    return pd.Series(np.where(slow_ma.notna(), target, 0.0), index=candles.index, name="target")
+
+
+def rsi_mean_reversion(
+    candles: pd.DataFrame,
+    *,
+    window: int = 14,
+    low: float = 30.0,
+    high: float = 70.0,
+    allow_short: bool = False,
+) -> pd.Series:
+    """Mean reversion on RSI: long from RSI < low, flat (or short) from RSI > high, held till the next."""
+    if not 0 <= low < high <= 100:
+        raise ValueError("need 0 <= low < high <= 100")
+    rsi = RSIIndicator(candles["close"], window=window).rsi()
+    signal = pd.Series(np.nan, index=candles.index)
+    signal[rsi < low] = 1.0
+    signal[rsi > high] = -1.0 if allow_short else 0.0
+    return signal.ffill().fillna(0.0).rename("target")
+
+
+def random_strategy(
+    candles: pd.DataFrame, *, seed: int = 0, p_change: float = 0.05, allow_short: bool = False
+) -> pd.Series:
+    """Noise baseline: at each bar, with probability p_change, a new target drawn from {-1, 0, 1} (or {0, 1}).
+
+    The draws depend only on the seed and the bar's position, never on prices.
+    """
+    levels = np.array([-1.0, 0.0, 1.0] if allow_short else [0.0, 1.0])
+    uniforms = np.random.default_rng(seed).random((len(candles), 2))  # row t depends on t only: prefix-stable
+    draws = levels[(uniforms[:, 1] * len(levels)).astype(np.int64)]
+    target = pd.Series(np.where(uniforms[:, 0] < p_change, draws, np.nan), index=candles.index, name="target")
+    return target.ffill().fillna(0.0)
+
+
+class StrategySpec(NamedTuple):
+    """A baseline and the parameters it runs with unless overridden."""
+
+    fn: Strategy
+    defaults: dict[str, Any]
+
+
+STRATEGIES: dict[str, StrategySpec] = {
+    "buy_and_hold": StrategySpec(buy_and_hold, {}),
+    "sma_crossover": StrategySpec(sma_crossover, {"fast": 20, "slow": 50, "allow_short": False}),
+    "rsi_mean_reversion": StrategySpec(
+        rsi_mean_reversion, {"window": 14, "low": 30.0, "high": 70.0, "allow_short": False}
+    ),
+    "random": StrategySpec(random_strategy, {"seed": 0, "p_change": 0.05, "allow_short": False}),
+}
+
+
+def make_targets(name: str, candles: pd.DataFrame, **overrides: Any) -> pd.Series:
+    """Targets of the registered strategy `name`, with its defaults updated by `overrides`."""
+    if name not in STRATEGIES:
+        raise KeyError(f"unknown strategy {name!r}; choose from {sorted(STRATEGIES)}")
+    spec = STRATEGIES[name]
+    unknown = set(overrides) - set(spec.defaults)
+    if unknown:
+        raise TypeError(f"{name} has no parameter(s) {sorted(unknown)}")
+    return spec.fn(candles, **{**spec.defaults, **overrides})

@@ -1,0 +1,40 @@
+"""End to end through the CLI: train the tiny model on the shipped sample, resume it, view a rollout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from r1trade.cli import main
+
+FAST = ["--set", "env.episode_decisions=2", "--set", "rollout.max_new_tokens=12", "--set", "train.epochs=1"]
+
+
+def test_train_resume_and_show_rollout(capsys, tmp_path: Path):
+    out_dir = ["--set", f"output_dir={tmp_path}"]
+    assert main(["train", "--config", "smoke", *FAST, *out_dir]) == 0
+    run_dir = tmp_path / "smoke"
+    assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "metrics.jsonl", "splits.json", "checkpoints"}
+    assert (run_dir / "checkpoints" / "step-2" / "policy").is_dir()
+    splits = json.loads((run_dir / "splits.json").read_text())
+    assert splits["train"]["rows"] > splits["test"]["rows"] > 0
+
+    # training again into the same run without --resume is refused
+    capsys.readouterr()
+    assert main(["train", "--config", "smoke", *FAST, *out_dir]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+    assert main(["train", "--resume", str(run_dir), "--set", "train.updates=3"]) == 0
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["update"] for line in lines] == [1, 2, 3]
+    assert (run_dir / "checkpoints" / "step-3").is_dir()
+
+    capsys.readouterr()
+    assert main(["show-rollout", "--checkpoint", str(run_dir / "checkpoints" / "step-3"), "--greedy"]) == 0
+    shown = capsys.readouterr().out
+    assert "segment 0" in shown and "total reward" in shown
+
+
+def test_resume_of_a_non_run_directory_is_a_usage_error(capsys, tmp_path: Path):
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
