@@ -166,3 +166,18 @@ def test_viewer_marks_sampled_and_masked_tokens(tiny_agent):
     console = Console(record=True, width=120)
     console.print(render_trajectory(tokenizer, trajectory))
     assert "total reward +3.0000" in console.export_text()
+
+
+def test_without_cache_reuse_the_trajectories_are_the_same(tiny_agent):
+    model, tokenizer = tiny_agent
+    def envs():
+        return [ScriptedEnv(turns=3), ScriptedEnv(turns=3, reset_every=2)]
+
+    results = []
+    for reuse in (True, False):
+        engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=10, greedy=True), reuse_cache=reuse)
+        results.append(engine.run(envs(), seeds=[0, 1]))
+    for cached, fresh in zip(*results):
+        assert [s.token_ids for s in cached.segments] == [s.token_ids for s in fresh.segments]
+        for a, b in zip(cached.segments, fresh.segments):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)

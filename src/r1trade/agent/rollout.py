@@ -175,9 +175,16 @@ class RolloutEngine:
     """Samples multi-turn episodes from a causal LM in a set of text environments, all rows as one batch."""
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sampling: SamplingConfig
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        sampling: SamplingConfig,
+        *,
+        reuse_cache: bool = True,
     ) -> None:
+        """`reuse_cache=False` re-encodes each row's whole context every turn (the slow baseline, for benchmarks)."""
         self.model = model
+        self.reuse_cache = reuse_cache
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.chat = ChatTokens(tokenizer)
@@ -221,8 +228,11 @@ class RolloutEngine:
                     keep.append(row)
                     chunks.append(chunk.ids)
                 active = [active[row] for row in keep]
-                if active:
+                if active and self.reuse_cache:
                     cache.keep_rows(keep)
+                elif active:
+                    cache = _BatchCache(len(active), self.device)
+                    chunks = [trajectories[index].segments[-1].token_ids for index in active]
         finally:
             self.model.train(was_training)
         return trajectories

@@ -38,11 +38,17 @@ class RolloutBatch:
     def rows(self) -> int:
         return self.input_ids.shape[0]
 
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        """The batch with every tensor on `device`."""
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return RolloutBatch(**{k: (v.to(device) if v is not None else None) for k, v in moved.items()})
+
     def select(self, rows: torch.Tensor) -> RolloutBatch:
         """The sub-batch of the given row indices (trailing all-padding columns trimmed)."""
         picked = {f.name: getattr(self, f.name) for f in fields(self)}
         picked = {k: (v[rows] if v is not None else None) for k, v in picked.items()}
-        width = int(picked["attention_mask"].sum(dim=0).nonzero().max()) + 1
+        used = picked["attention_mask"].sum(dim=0).nonzero()
+        width = int(used.max()) + 1 if len(used) else 0
         return RolloutBatch(**{k: (v[:, :width] if v is not None and v.dim() == 2 else v) for k, v in picked.items()})
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from accelerate import Accelerator
 
 from r1trade.agent.critic import backbone_hidden
 from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
@@ -30,7 +31,13 @@ from r1trade.config import Config
 from r1trade.errors import TrainingInterrupted
 from r1trade.rl.advantages import explained_variance
 from r1trade.rl.batch import RolloutBatch, collate, compute_advantages, filter_top_groups
-from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
+from r1trade.rl.checkpoint import (
+    TrainingState,
+    checkpoint_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from r1trade.rl.losses import entropy_bonus, kl_penalty, policy_loss, value_loss
 from r1trade.rl.masks import masked_mean
 
@@ -73,6 +80,12 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.config.train
         self.uses_critic = cfg.algorithm == "ppo"
+        # Data parallel under `accelerate launch`: every process plays its own episodes and gradients are
+        # averaged across processes before each optimiser step; on one CPU this is a plain single process.
+        self.accelerator = Accelerator()
+        for module in (self.models.policy, self.models.critic, self.models.reference):
+            if module is not None:
+                module.to(self.accelerator.device)
         groups = [{"params": [p for p in self.models.policy.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.uses_critic:
             critic_params = [p for p in self.models.critic.parameters() if p.requires_grad]
@@ -110,12 +123,18 @@ class Trainer:
                 metrics["update"] = self.state.step
                 self._log(metrics)
                 if self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.updates:
-                    checkpoint = save_checkpoint(self)
+                    checkpoint = self._checkpoint()
         except KeyboardInterrupt:
-            checkpoint = save_checkpoint(self) if self.state.step else None
+            checkpoint = self._checkpoint() if self.state.step else None
             raise TrainingInterrupted(checkpoint) from None
         assert checkpoint is not None
         return checkpoint
+
+    def _checkpoint(self) -> Path:
+        """The main process writes the checkpoint; the others wait for it."""
+        path = save_checkpoint(self) if self.accelerator.is_main_process else checkpoint_dir(self.run_dir, self.state.step)
+        self.accelerator.wait_for_everyone()
+        return path
 
     def update(self) -> dict:
         """One rollout → score → advantages → optimise round; returns its metrics."""
@@ -124,7 +143,7 @@ class Trainer:
         started = time.perf_counter()
         trajectories = self.rollout()
         rollout_seconds = time.perf_counter() - started
-        batch = collate(trajectories, pad_id=self.engine.pad_id)
+        batch = collate(trajectories, pad_id=self.engine.pad_id).to(self.accelerator.device)
         batch = filter_top_groups(batch, cfg.top_group_frac)
         # 2. score and 3. advantages (no gradients)
         batch = compute_advantages(self.score(batch), cfg)
@@ -154,7 +173,8 @@ class Trainer:
     def rollout(self) -> list[Trajectory]:
         """Episodes for this update: `num_envs` environments, consecutive groups of `group_size` share a start."""
         n, size = self.config.rollout.num_envs, self.config.train.group_size
-        groups = [i // size for i in range(n)]
+        offset = self.accelerator.process_index * n  # other processes play other start states
+        groups = [offset + i // size for i in range(n)]
         seeds = [_episode_seed(self.config.seed, self.state.step, g) for g in groups]
         return self.engine.run(self.env_factory(n), seeds, groups=groups, generator=self.generator)
 
@@ -186,9 +206,10 @@ class Trainer:
         totals: dict[str, list[float]] = {}
         skipped = 0
         order_generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.state.step)
+        most_rows = int(self.accelerator.gather(torch.tensor([batch.rows], device=self.accelerator.device)).max())
         for _ in range(cfg.epochs):
             order = torch.randperm(batch.rows, generator=order_generator)
-            for start in range(0, batch.rows, cfg.minibatch_size):
+            for start in range(0, most_rows, cfg.minibatch_size):  # every process takes the same number of steps
                 minibatch = batch.select(order[start : start + cfg.minibatch_size])
                 stats, finite = self.step(minibatch)
                 skipped += not finite
@@ -215,9 +236,11 @@ class Trainer:
             for key, value in micro_stats.items():
                 stats[key] = stats.get(key, 0.0) + value * weight
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self._average_gradients(params)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
         stats.update(loss=total_loss, grad_norm=grad_norm)
-        if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
+        finite = torch.tensor([float(math.isfinite(total_loss) and math.isfinite(grad_norm))], device=self.accelerator.device)
+        if float(self.accelerator.gather(finite).min()) < 1:  # skip on every process alike
             self.optimizer.zero_grad(set_to_none=True)
             return stats, False
         self.optimizer.step()
@@ -248,6 +271,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers
 
+    def _average_gradients(self, params: list[torch.Tensor]) -> None:
+        """Mean of every gradient across processes (a no-op in a single process)."""
+        if self.accelerator.num_processes == 1:
+            return
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        flat = self.accelerator.reduce(flat, reduction="mean")
+        for p, piece in zip(params, flat.split([p.numel() for p in params]), strict=True):
+            p.grad.copy_(piece.view_as(p))
+
     def _loss_mask(self, batch: RolloutBatch) -> torch.Tensor:
         if self.config.train.loss_mask:
             return batch.action_mask
@@ -275,6 +310,13 @@ class Trainer:
         return warnings
 
     def _log(self, metrics: dict) -> None:
+        if self.accelerator.num_processes > 1:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    tensor = torch.tensor([float(value)], device=self.accelerator.device)
+                    metrics[key] = float(self.accelerator.reduce(tensor, reduction="mean"))
+        if not self.accelerator.is_main_process:
+            return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with (self.run_dir / "metrics.jsonl").open("a") as handle:
             handle.write(json.dumps(metrics, default=float) + "\n")
