@@ -19,7 +19,7 @@ def test_defaults_without_a_file():
 
 
 def test_overrides_are_typed_and_nested():
-    cfg = load_config("smoke", ["env.fee_bps=5", "env.allow_short=false", "train.algorithm=grpo", "seed=7"])
+    cfg = load_config("smoke", ["env.fee_bps=5", "env.allow_short=false", "train.algorithm=grpo", "train.group_size=4", "seed=7"])
     assert cfg.env.fee_bps == 5.0 and isinstance(cfg.env.fee_bps, float)
     assert cfg.env.allow_short is False
     assert cfg.train.algorithm == "grpo"

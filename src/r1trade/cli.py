@@ -255,32 +255,37 @@ def backtest(
     strategy: Annotated[
         str | None, typer.Option(help="run this baseline alone (default: every one in backtest.strategies)")
     ] = None,
-    checkpoint: Annotated[Path | None, typer.Option(help="checkpoint directory to evaluate")] = None,
-    split: Annotated[str | None, typer.Option(help="train, validation or test (default: backtest.split)")] = None,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="checkpoint directory of a trained agent to run beside the baselines")
+    ] = None,
+    split: Annotated[
+        str | None, typer.Option(help="train, validation or test (default: backtest.split)")
+    ] = None,
     data: Annotated[Path | None, typer.Option(help="candle file (default: data.path)")] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="report directory (default: reports/<name>-<split>)")
     ] = None,
 ) -> None:
-    """Backtest baselines (and a checkpoint) on held-out data; write metrics, trades, equity, a chart and HTML."""
+    """Backtest baselines (and a checkpoint) on held-out data: metrics, trades, equity, a chart, HTML."""
     from r1trade.backtest.report import comparison_table
     from r1trade.backtest.runner import run_backtest
 
     flags = {"data.path": None if data is None else str(data), "backtest.split": split}
-    # JSON strings are YAML strings: a path like `1.parquet` or `on.csv` stays a string.
+    # quoted as JSON strings (valid YAML), so a path such as `null` or `1e3` stays a string
     overrides = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
     resolved = _config(config, [*(set_ or []), *overrides])
     outcome = run_backtest(resolved, strategy=strategy, checkpoint=checkpoint, out_dir=out)
-    candles = outcome.context.candles
+    index, env = outcome.context.candles.index, resolved.env
     title = (
-        f"{resolved.name} · {outcome.context.split} split · {candles.index[0]:%Y-%m-%d} → "
-        f"{candles.index[-1]:%Y-%m-%d} · fee {resolved.env.fee_bps:g} bps, slippage {resolved.env.slippage_bps:g} bps"
+        f"{resolved.name} · {outcome.context.split} split · {index[0]:%Y-%m-%d} → {index[-1]:%Y-%m-%d} · "
+        f"fee {env.fee_bps:g} bps, slippage {env.slippage_bps:g} bps"
     )
     console.print(comparison_table(outcome.runs, title=title))
     for run in outcome.runs:
         if run.note:
-            console.print(f"{run.name}: {run.note}", highlight=False)
-    console.print(f"report: {outcome.out_dir / 'report.html'} (and {', '.join(f.name for f in outcome.files[:4])})")
+            console.print(f"{run.name}: {run.note}", markup=False, highlight=False)
+    files = ", ".join(path.name for path in outcome.files)
+    console.print(f"wrote {outcome.out_dir}/: {files}", markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------- entry point

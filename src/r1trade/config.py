@@ -84,7 +84,7 @@ class EnvConfig(Section):
     max_tool_calls: int = Field(3, ge=1, description="tool calls per decision before a forced hold")
     history_turns: int = Field(2, ge=1, description="past turns kept in full after a context reset")
     max_context_turns: int = Field(6, ge=1, description="turns a context may hold before it is reset")
-    max_candles: int = Field(24, ge=1, description="most bars get_candles returns")
+    max_candles: int = Field(12, ge=1, description="most bars get_candles returns (~45 tokens a bar)")
     indicators: list[str] = ["rsi_14", "macd_hist", "bb_pctb", "atr_14", "sma_20", "ema_50", "volume_z"]
     observe_indicators: list[str] = Field(
         ["rsi_14", "sma_20"], description="indicators shown in every observation (a subset of `indicators`)"

@@ -1,0 +1,415 @@
+"""Backtest reports for any mix of strategies (rule baselines, the trained agent): files and a terminal table.
+
+`write_report` writes, into one directory: `metrics.json` (every strategy's metrics, the splits, the costs),
+`trades.csv` (all round trips, a `strategy` column first), `equity.csv` (one column per strategy),
+`equity.png` (equity curves and a drawdown panel), `report.html` (self-contained: inline CSS, the PNG embedded
+as base64, no scripts) and the resolved `config.yaml`. `comparison_table` is the same metrics as a Rich table.
+
+JSON has no NaN or infinity, so metrics.json writes NaN as null and ±infinity as the strings "inf" / "-inf"
+(a profit factor without a losing trade is infinite).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import matplotlib.dates as mdates
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from rich.markup import escape
+from rich.table import Table
+
+from r1trade import __version__
+from r1trade.backtest.metrics import drawdown
+from r1trade.config import Config
+from r1trade.data.splits import Splits
+
+HIGHER_IS_BETTER = frozenset({
+    "Equity Final", "Return [%]", "CAGR [%]", "Sharpe Ratio", "Sortino Ratio", "Calmar Ratio",
+    "Max. Drawdown [%]", "Win Rate [%]", "Profit Factor",
+})
+LOWER_IS_BETTER = frozenset({"Volatility (Ann.) [%]", "Max. Drawdown Duration [bars]"})
+"""Rows where one value is plainly best; exposure, trade count, fees and turnover describe but do not rank."""
+
+MAX_HTML_TRADES = 500
+"""Trades listed per strategy in the HTML page; trades.csv always has them all."""
+
+_DATA_ATTRS = ("symbol", "timeframe", "source")
+_DIRECTIONS = {1: "long", -1: "short"}
+_TRADE_HEADERS = {
+    "entry_time": "Entry", "exit_time": "Exit", "entry_bar": "Entry Bar", "exit_bar": "Exit Bar",
+    "direction": "Side", "units": "Units", "entry_price": "Entry Price", "exit_price": "Exit Price",
+    "fees": "Fees", "pnl": "PnL", "return_pct": "Return [%]", "is_open": "Open", "seed": "Seed",
+    "reasoning": "Reasoning",
+}
+
+
+@dataclass(frozen=True)
+class StrategyRun:
+    """One strategy's backtest, in the shape every report output needs.
+
+    equity: value at each bar's close, on a DatetimeIndex. trades: one row per round trip (the engine's
+    TRADE_COLUMNS, plus columns such as `seed`, or the agent's `reasoning` text). metrics: the
+    `compute_metrics` table. extra: further rows shown below the metrics (the agent's valid-tool-call rate and
+    action mix, the random baseline's seed count). note: how to read the numbers (e.g. averaged over seeds).
+    """
+
+    name: str
+    equity: pd.Series
+    trades: pd.DataFrame
+    metrics: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def rows(self) -> dict[str, Any]:
+        """The metrics followed by the extra rows."""
+        return {**self.metrics, **self.extra}
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What the runs were measured on: the resolved config (data path, costs, risk-free rate), the splits."""
+
+    config: Config
+    splits: Splits
+    split: str
+    bars_per_year: float
+
+    @property
+    def candles(self) -> pd.DataFrame:
+        """The candles of the evaluated split."""
+        return self.splits.get(self.split)
+
+    @property
+    def quote_currency(self) -> str:
+        """The currency money is counted in: the part of the symbol after '/' (BTC/USD → USD)."""
+        symbol = str(self.candles.attrs.get("symbol", ""))
+        return symbol.rsplit("/", 1)[-1] if "/" in symbol else "quote currency"
+
+
+def write_report(runs: list[StrategyRun], context: ReportContext, out_dir: Path) -> list[Path]:
+    """Write every report file into `out_dir` (created if needed) and return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = out_dir / "metrics.json"
+    metrics_path.write_text(json.dumps(metrics_document(runs, context), indent=2) + "\n")
+    trades_path = out_dir / "trades.csv"
+    trades_frame(runs).to_csv(trades_path, index=False)
+    equity_path = out_dir / "equity.csv"
+    equity_frame(runs).to_csv(equity_path)
+    png = equity_png(runs, context)
+    png_path = out_dir / "equity.png"
+    png_path.write_bytes(png)
+    html_path = out_dir / "report.html"
+    html_path.write_text(render_html(runs, context, png), encoding="utf-8")
+    return [metrics_path, trades_path, equity_path, png_path, html_path, context.config.save(out_dir)]
+
+
+# --------------------------------------------------------------------------- tables and JSON
+
+
+def metrics_document(runs: list[StrategyRun], context: ReportContext) -> dict[str, Any]:
+    """What metrics.json holds: the setting (data, split, period, costs, splits) and each strategy's rows."""
+    config, candles = context.config, context.candles
+    index = candles.index
+    return {
+        "config": config.name,
+        "data": {"path": config.data.path, **{key: candles.attrs.get(key) for key in _DATA_ATTRS}},
+        "split": context.split,
+        "period": {"start": index[0].isoformat(), "end": index[-1].isoformat(), "bars": len(candles)},
+        "splits": context.splits.describe(),
+        "embargo_bars": config.data.split.embargo_bars,
+        "costs": {
+            "initial_cash": config.env.initial_cash,
+            "fee_bps": config.env.fee_bps,
+            "slippage_bps": config.env.slippage_bps,
+        },
+        "bars_per_year": context.bars_per_year,
+        "risk_free_rate": config.backtest.risk_free_rate,
+        "strategies": {run.name: {key: _jsonable(value) for key, value in run.rows.items()} for run in runs},
+        "notes": {run.name: run.note for run in runs if run.note},
+    }
+
+
+def trades_frame(runs: list[StrategyRun]) -> pd.DataFrame:
+    """All runs' trades in one table, `strategy` first; a column a run lacks stays empty for its rows."""
+    frames = [_nullable_integers(run.trades).assign(strategy=run.name) for run in runs]
+    columns = ["strategy", *dict.fromkeys(c for frame in frames for c in frame.columns if c != "strategy")]
+    filled = [frame for frame in frames if not frame.empty]
+    if not filled:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(filled, ignore_index=True).reindex(columns=columns)
+
+
+def _nullable_integers(trades: pd.DataFrame) -> pd.DataFrame:
+    """Integer columns as pandas' nullable Int64, so rows of other runs that lack them stay integers."""
+    integers = [c for c in trades.columns if pd.api.types.is_integer_dtype(trades[c])]
+    return trades.astype(dict.fromkeys(integers, "Int64"))
+
+
+def equity_frame(runs: list[StrategyRun]) -> pd.DataFrame:
+    """Equity per bar, one column per strategy, aligned on time."""
+    return pd.concat({run.name: run.equity for run in runs}, axis=1)
+
+
+def best_strategies(runs: list[StrategyRun]) -> dict[str, set[str]]:
+    """For each row where "best" means something, the strategies holding the best value (ties share it).
+
+    Rows with fewer than two comparable (non-NaN) values get no winner.
+    """
+    best: dict[str, set[str]] = {}
+    for row in HIGHER_IS_BETTER | LOWER_IS_BETTER:
+        values = {run.name: float(run.rows[row]) for run in runs if _is_number(run.rows.get(row))}
+        if len(values) < 2:
+            continue
+        target = max(values.values()) if row in HIGHER_IS_BETTER else min(values.values())
+        best[row] = {name for name, value in values.items() if value == target}
+    return best
+
+
+def row_names(runs: list[StrategyRun]) -> list[str]:
+    """Every metric and extra row, in order of first appearance."""
+    return list(dict.fromkeys(name for run in runs for name in run.rows))
+
+
+def format_value(row: str, value: Any) -> str:
+    """A metric for people: dates to the minute, counts without decimals, everything else with two."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, pd.Timestamp):
+        return f"{value:%Y-%m-%d %H:%M}"
+    if isinstance(value, str):
+        return value
+    number = float(value)
+    if math.isinf(number):
+        return "∞" if number > 0 else "-∞"
+    if number.is_integer() and (row.startswith("#") or "[bars]" in row or row == "Seeds"):
+        return f"{number:,.0f}"
+    return f"{number:,.2f}"
+
+
+def comparison_table(runs: list[StrategyRun], *, title: str) -> Table:
+    """Metrics × strategies as a Rich table, the best value of each comparable row in bold green."""
+    best = best_strategies(runs)
+    table = Table(title=title, title_justify="left")
+    table.add_column("Metric", style="bold", no_wrap=True)
+    for run in runs:
+        table.add_column(escape(run.name), justify="right", overflow="fold")
+    for row in row_names(runs):
+        cells = []
+        for run in runs:
+            text = escape(format_value(row, run.rows.get(row)))
+            cells.append(f"[bold green]{text}[/bold green]" if run.name in best.get(row, ()) else text)
+        table.add_row(escape(row), *cells)
+    return table
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.number)) and not math.isnan(float(value))
+
+
+def _jsonable(value: Any) -> Any:
+    """A metric value as strict JSON: ISO time, null for NaN, "inf"/"-inf" for infinities."""
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    if isinstance(value, (float, np.floating)):
+        number = float(value)
+        if math.isnan(number):
+            return None
+        return number if math.isfinite(number) else ("inf" if number > 0 else "-inf")
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+# --------------------------------------------------------------------------- chart
+
+
+def equity_png(runs: list[StrategyRun], context: ReportContext) -> bytes:
+    """Equity curves of all runs (log scale when they span more than 3×) above a drawdown panel, as PNG."""
+    figure = Figure(figsize=(11, 7), dpi=110, layout="constrained")
+    FigureCanvasAgg(figure)
+    top, bottom = figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    for run in runs:
+        equity = run.equity.dropna()
+        times = equity.index.tz_convert("UTC").tz_localize(None)
+        change = run.metrics.get("Return [%]", math.nan)
+        top.plot(times, equity.to_numpy(), linewidth=1.3, label=f"{run.name} ({format_value('', change)} %)")
+        bottom.plot(times, 100.0 * drawdown(equity).to_numpy(), linewidth=1.0)
+    top.axhline(context.config.env.initial_cash, color="0.45", linewidth=0.8, linestyle="--")
+    values = equity_frame(runs).to_numpy(dtype=float)
+    if np.nanmin(values) > 0 and np.nanmax(values) / np.nanmin(values) > 3:
+        top.set_yscale("log")
+        top.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        top.yaxis.set_minor_formatter(NullFormatter())
+    top.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    candles = context.candles
+    top.set_title(
+        f"{candles.attrs.get('symbol', '')} {candles.attrs.get('timeframe', '')} · {context.split} split · "
+        f"fee {context.config.env.fee_bps:g} bps, slippage {context.config.env.slippage_bps:g} bps",
+        loc="left",
+    )
+    top.set_ylabel(f"equity [{context.quote_currency}]")
+    top.legend(loc="upper left", fontsize="small")
+    bottom.set_ylabel("drawdown [%]")
+    bottom.set_xlabel("time (UTC)")
+    locator = mdates.AutoDateLocator()
+    bottom.xaxis.set_major_locator(locator)
+    bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    for axis in (top, bottom):
+        axis.grid(True, which="major", alpha=0.3)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------- HTML
+
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2330; margin: 2rem auto;
+       max-width: 1200px; padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2rem; border-bottom: 1px solid #dde1e8; }
+table { border-collapse: collapse; margin: .6rem 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #dde1e8; padding: .25rem .6rem; vertical-align: top; }
+th { background: #f3f5f8; text-align: left; } td.num { text-align: right; white-space: nowrap; }
+td.best { font-weight: 700; color: #11723a; background: #eaf7ef; }
+td.reasoning { white-space: pre-wrap; max-width: 40rem; font-size: .9em; }
+table.facts th { width: 11rem; } .note { color: #5a6475; font-size: .92em; }
+img { max-width: 100%; border: 1px solid #dde1e8; } .scroll { max-height: 32rem; overflow: auto; }
+footer { margin-top: 2rem; color: #8a93a3; font-size: .85em; }
+"""
+
+
+def render_html(runs: list[StrategyRun], context: ReportContext, png: bytes) -> str:
+    """The report as one self-contained HTML page; every piece of text from data is escaped."""
+    title = f"Backtest · {context.config.name} · {context.split} split"
+    image = base64.b64encode(png).decode("ascii")
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        (
+            f'<p class="note">{_e(", ".join(run.name for run in runs))} on {len(context.candles):,} bars, '
+            f"{_e(_period(context.candles))}</p>"
+        ),
+        _facts_table(context),
+        "<h2>Metrics</h2>",
+        _metrics_table(runs),
+        *(f'<p class="note"><b>{_e(run.name)}</b>: {_e(run.note)}</p>' for run in runs if run.note),
+        "<h2>Equity and drawdown</h2>",
+        f'<img alt="equity curves and drawdowns" src="data:image/png;base64,{image}">',
+        "<h2>Trades</h2>",
+        *(_trades_section(run) for run in runs),
+        "<h2>Splits</h2>",
+        _splits_table(context),
+        f"<footer>r1trade {_e(__version__)} · generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC</footer>",
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _e(text: Any) -> str:
+    """Text escaped for HTML content and attributes."""
+    return html.escape(str(text), quote=True)
+
+
+def _period(candles: pd.DataFrame) -> str:
+    return f"{format_value('', candles.index[0])} → {format_value('', candles.index[-1])} UTC"
+
+
+def _table(header: list[str], rows: list[str], css_class: str = "") -> str:
+    """A table from escaped header texts and ready-made `<tr>` rows."""
+    head = "".join(f"<th>{_e(text)}</th>" for text in header)
+    opening = f'<table class="{css_class}">' if css_class else "<table>"
+    return f"{opening}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _facts_table(context: ReportContext) -> str:
+    config, candles, env = context.config, context.candles, context.config.env
+    attrs = candles.attrs
+    facts = [
+        ("Data", f"{config.data.path} · {attrs.get('symbol')} · {attrs.get('timeframe')} bars"),
+        ("Source", str(attrs.get("source"))),
+        ("Split", f"{context.split} split of config {config.name}: {len(candles):,} bars"),
+        ("Embargo", f"{config.data.split.embargo_bars} bars dropped between consecutive splits"),
+        ("Period", _period(candles)),
+        ("Costs", f"fee {env.fee_bps:g} bps of notional per fill; slippage {env.slippage_bps:g} bps"),
+        ("Fills", "a decision at a bar's close fills at the next bar's open"),
+        ("Initial cash", f"{env.initial_cash:,.2f} {context.quote_currency}"),
+        ("Annualisation", f"{context.bars_per_year:,.0f} bars per 365-day year"),
+        ("Risk-free rate", f"{100 * config.backtest.risk_free_rate:g} % per year"),
+    ]
+    rows = "".join(f"<tr><th>{_e(name)}</th><td>{_e(value)}</td></tr>" for name, value in facts)
+    return f'<table class="facts">{rows}</table>'
+
+
+def _metrics_table(runs: list[StrategyRun]) -> str:
+    best = best_strategies(runs)
+    rows = []
+    for row in row_names(runs):
+        cells = "".join(
+            f'<td class="num{" best" if run.name in best.get(row, ()) else ""}">'
+            f"{_e(format_value(row, run.rows.get(row)))}</td>"
+            for run in runs
+        )
+        rows.append(f"<tr><th>{_e(row)}</th>{cells}</tr>")
+    return _table(["Metric", *(run.name for run in runs)], rows, "metrics")
+
+
+def _trades_section(run: StrategyRun) -> str:
+    trades = run.trades
+    heading = f"<h3>{_e(run.name)} · {len(trades):,} trade{'s' if len(trades) != 1 else ''}</h3>"
+    if trades.empty:
+        return heading + '<p class="note">No trades.</p>'
+    shown = trades.head(MAX_HTML_TRADES)
+    more = (
+        f'<p class="note">The first {MAX_HTML_TRADES:,} of {len(trades):,}; trades.csv lists them all.</p>'
+        if len(trades) > MAX_HTML_TRADES else ""
+    )
+    rows = [
+        "<tr>" + "".join(_trade_cell(c, v) for c, v in zip(shown.columns, record, strict=True)) + "</tr>"
+        for record in shown.itertuples(index=False, name=None)
+    ]
+    header = [_TRADE_HEADERS.get(column, column) for column in shown.columns]
+    return f'{heading}{more}<div class="scroll">{_table(header, rows, "trades")}</div>'
+
+
+def _trade_cell(column: str, value: Any) -> str:
+    """One trades-table cell: long/short for the direction, prices with two decimals, units with six."""
+    if column == "reasoning":
+        return f'<td class="reasoning">{_e("" if pd.isna(value) else value)}</td>'
+    if value is None or value is pd.NaT or (np.isscalar(value) and pd.isna(value)):
+        return "<td></td>"
+    if isinstance(value, (bool, np.bool_)):
+        return f"<td>{'yes' if value else 'no'}</td>"
+    if column == "direction":
+        return f"<td>{_e(_DIRECTIONS.get(int(value), value))}</td>"
+    if isinstance(value, pd.Timestamp):
+        return f"<td>{value:%Y-%m-%d %H:%M}</td>"
+    if isinstance(value, (int, np.integer)):
+        return f'<td class="num">{int(value)}</td>'
+    if isinstance(value, (float, np.floating)):
+        return f'<td class="num">{value:,.{6 if column == "units" else 2}f}</td>'
+    return f"<td>{_e(value)}</td>"
+
+
+def _splits_table(context: ReportContext) -> str:
+    rows = [
+        f"<tr><th>{_e(name)}{' (evaluated)' if name == context.split else ''}</th>"
+        f'<td class="num">{info["rows"]:,}</td><td>{_e(info["start"] or "—")}</td>'
+        f'<td>{_e(info["end"] or "—")}</td></tr>'
+        for name, info in context.splits.describe().items()
+    ]
+    return _table(["Split", "Bars", "Start", "End"], rows)

@@ -1,0 +1,178 @@
+"""`r1trade backtest` as a function: load the held-out split, run the strategies, write the report.
+
+Every strategy trades the same candles under the config's costs (`env.initial_cash`, `env.fee_bps`,
+`env.slippage_bps`, `env.allow_short`), with the engine's fill rules; metrics are annualised by the bar
+length over a 365-day year with `backtest.risk_free_rate`. The random baseline runs with seeds `seed`,
+`seed + 1`, ... (`backtest.random_seeds` of them): its metrics are the mean of each seed's metrics, its equity
+curve is the mean of the seeds' curves, and its trades are all seeds' trades with a `seed` column.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from r1trade.backtest.engine import BacktestResult, run_vectorized
+from r1trade.backtest.metrics import SECONDS_PER_YEAR
+from r1trade.backtest.report import ReportContext, StrategyRun, write_report
+from r1trade.backtest.strategies import STRATEGIES, make_targets
+from r1trade.config import Config, resolve_path
+from r1trade.data.splits import make_splits
+from r1trade.data.store import load_clean_candles, timeframe_to_timedelta
+from r1trade.errors import ConfigError, DataError, R1TradeError, UsageError
+
+SEEDED_STRATEGIES = frozenset({"random"})
+"""Baselines whose targets depend on a seed; they are averaged over `backtest.random_seeds` seeds."""
+
+
+@dataclass(frozen=True)
+class BacktestOutcome:
+    """What a backtest produced: the runs (agent first, then baselines), what they ran on, where it went."""
+
+    runs: list[StrategyRun]
+    context: ReportContext
+    out_dir: Path
+    files: list[Path]
+
+
+def run_backtest(
+    config: Config,
+    *,
+    strategy: str | None = None,
+    checkpoint: Path | None = None,
+    out_dir: Path | None = None,
+) -> BacktestOutcome:
+    """Run `strategy` alone, or every baseline in `backtest.strategies` (beside the agent of `checkpoint`).
+
+    The split is `backtest.split` of the candles at `data.path`; the report goes to `out_dir`, by default
+    `<backtest.report_dir>/<name>-<split>` (plus `-<strategy>` when a single baseline runs).
+    """
+    names = [strategy] if strategy else list(dict.fromkeys(config.backtest.strategies))
+    check_strategy_names(names, params=config.backtest.params)
+    if not names and checkpoint is None:
+        raise ConfigError("nothing to backtest: backtest.strategies is empty and no --checkpoint was given")
+    context = load_context(config)
+    runs = [run_agent(checkpoint, context)] if checkpoint is not None else []
+    runs += [run_baseline(name, context) for name in names]
+    out_dir = out_dir or default_report_dir(config, strategy)
+    files = write_report(runs, context, out_dir)
+    return BacktestOutcome(runs=runs, context=context, out_dir=out_dir, files=files)
+
+
+def default_report_dir(config: Config, strategy: str | None = None) -> Path:
+    """`<report_dir>/<name>-<split>`, plus `-<strategy>` for a single baseline (so it keeps a comparison)."""
+    parts = [config.name, config.backtest.split, *([strategy] if strategy else [])]
+    return Path(config.backtest.report_dir) / "-".join(parts)
+
+
+def check_strategy_names(names: list[str], *, params: dict[str, dict[str, Any]]) -> None:
+    """Refuse unknown baselines (in the request or in `backtest.params`), listing the valid names."""
+    valid = ", ".join(STRATEGIES)
+    for name in names:
+        if name not in STRATEGIES:
+            raise UsageError(f"unknown strategy '{name}': use one of {valid}")
+    for name in params:
+        if name not in STRATEGIES:
+            raise ConfigError(f"backtest.params has unknown strategy '{name}': use one of {valid}")
+
+
+def load_context(config: Config) -> ReportContext:
+    """Validated candles from `data.path`, split by `data.split`; the bar length gives the annualisation."""
+    candles, _ = load_clean_candles(resolve_path(config.data.path))
+    splits = make_splits(candles, config.data.split)
+    split = config.backtest.split
+    bars = len(splits.get(split))
+    if bars < 2:
+        raise DataError(f"the {split} split has {bars} bars: adjust data.split to backtest it")
+    bars_per_year = SECONDS_PER_YEAR / timeframe_to_timedelta(candles.attrs["timeframe"]).total_seconds()
+    return ReportContext(config=config, splits=splits, split=split, bars_per_year=bars_per_year)
+
+
+def run_baseline(name: str, context: ReportContext) -> StrategyRun:
+    """Backtest the registered baseline `name` with its `backtest.params`; seeded baselines average seeds."""
+    params = context.config.backtest.params.get(name, {})
+    if name not in SEEDED_STRATEGIES:
+        result = _simulate(name, params, context)
+        metrics = _metrics(result, context)
+        return StrategyRun(name=name, equity=result.equity, trades=result.trades, metrics=metrics)
+    first = context.config.seed
+    seeds = range(first, first + context.config.backtest.random_seeds)
+    results = {seed: _simulate(name, {**params, "seed": seed}, context) for seed in seeds}
+    return _average_over_seeds(name, results, context)
+
+
+def run_agent(checkpoint: Path, context: ReportContext) -> StrategyRun:
+    """The trained agent's run on the context's split: greedy decoding through the TradingEnv, same costs.
+
+    The hook for the agent path: it reads the checkpoint with `r1trade.rl.checkpoint.load_trained_agent`,
+    refuses one made with an incompatible config, and returns a run whose trades carry the agent's `reasoning`
+    and whose extra rows hold the valid-tool-call rate and the action mix. Not available in this version:
+    after checking that the checkpoint exists, it fails with one line.
+    """
+    if not checkpoint.is_dir():
+        raise UsageError(
+            f"checkpoint not found: '{checkpoint}' (agent backtests need a trained checkpoint from "
+            "`r1trade train`, e.g. runs/<name>/checkpoints/step-N)"
+        )
+    raise R1TradeError(
+        f"cannot backtest checkpoint '{checkpoint}': the agent path is not available in this version yet "
+        f"(the baselines run with `r1trade backtest --config {context.config.name}`)"
+    )
+
+
+def _simulate(name: str, params: dict[str, Any], context: ReportContext) -> BacktestResult:
+    """Targets of baseline `name` on the split, through the vectorized engine with the config's costs."""
+    env = context.config.env
+    try:
+        target = make_targets(name, context.candles, **params)
+        return run_vectorized(
+            context.candles, target, initial_cash=env.initial_cash, fee_bps=env.fee_bps,
+            slippage_bps=env.slippage_bps, allow_short=env.allow_short,
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"baseline {name} with parameters {params}: {exc}") from exc
+
+
+def _metrics(result: BacktestResult, context: ReportContext) -> dict[str, Any]:
+    """The metrics table of one result, annualised and risk-adjusted as the context says."""
+    risk_free_rate = context.config.backtest.risk_free_rate
+    return result.metrics(bars_per_year=context.bars_per_year, risk_free_rate=risk_free_rate)
+
+
+def _average_over_seeds(name: str, results: dict[int, BacktestResult], context: ReportContext) -> StrategyRun:
+    """One run from several seeds: mean metrics (NaN skipped), the mean equity curve, every seed's trades."""
+    tables = [_metrics(result, context) for result in results.values()]
+    returns = np.array([table["Return [%]"] for table in tables])
+    trades = [result.trades.assign(seed=seed) for seed, result in results.items()]
+    seeds = list(results)
+    return StrategyRun(
+        name=name,
+        equity=pd.concat([r.equity for r in results.values()], axis=1).mean(axis=1).rename("equity"),
+        trades=pd.concat([t for t in trades if not t.empty] or trades[:1], ignore_index=True),
+        metrics=_mean_metrics(tables),
+        extra={
+            "Seeds": float(len(seeds)),
+            "Return Std over Seeds [%]": float(returns.std(ddof=1)) if len(returns) > 1 else math.nan,
+        },
+        note=(
+            f"seeds {seeds[0]}–{seeds[-1]}: metrics are the mean of each seed's metrics; the equity curve is "
+            "the mean of the seeds' curves"
+        ),
+    )
+
+
+def _mean_metrics(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-row mean over seeds, skipping NaN; non-numbers (Start, End: the same for every seed) kept as is."""
+    merged: dict[str, Any] = {}
+    for row, first in tables[0].items():
+        if not isinstance(first, float):
+            merged[row] = first
+            continue
+        values = [table[row] for table in tables if not math.isnan(table[row])]
+        merged[row] = sum(values) / len(values) if values else math.nan
+    return merged

@@ -1,0 +1,104 @@
+"""`r1trade backtest` end to end on the shipped sample: report files, a hand-checked buy-and-hold, errors."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import SAMPLE, make_synthetic_candles
+
+from r1trade.backtest.strategies import STRATEGIES
+from r1trade.cli import main
+from r1trade.config import load_config
+from r1trade.data.splits import make_splits
+from r1trade.data.store import load_clean_candles, save_candles
+
+REPORT_FILES = ("metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "config.yaml")
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_buy_and_hold_alone_matches_a_hand_computation(capsys, tmp_path: Path) -> None:
+    args = ["backtest", "--config", "smoke", "--strategy", "buy_and_hold", "--out", str(tmp_path)]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert all((tmp_path / name).is_file() for name in REPORT_FILES)
+    document = json.loads((tmp_path / "metrics.json").read_text())
+    assert list(document["strategies"]) == ["buy_and_hold"]
+
+    config = load_config("smoke")
+    candles, _ = load_clean_candles(SAMPLE)
+    test = make_splits(candles, config.data.split).test
+    fee, slippage = config.env.fee_bps / 1e4, config.env.slippage_bps / 1e4
+    # decided at the first close, filled at the next open with slippage; the fee is paid from cash on entry
+    fill = test["open"].iloc[1] * (1 + slippage)
+    expected = 100 * (test["close"].iloc[-1] / fill - fee - 1)
+    metrics = document["strategies"]["buy_and_hold"]
+    assert metrics["Return [%]"] == pytest.approx(expected, rel=1e-12)
+    assert metrics["Fees Paid"] == pytest.approx(fee * config.env.initial_cash)
+    assert metrics["# Trades"] == 1
+    assert document["period"] == {
+        "start": test.index[0].isoformat(), "end": test.index[-1].isoformat(), "bars": len(test)
+    }
+    assert "Return [%]" in out and "report.html" in out and str(tmp_path) in out
+
+
+def test_all_baselines_into_the_default_report_dir(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "backtest", "--config", "smoke")
+    assert code == 0, err
+    report = tmp_path / "reports" / "smoke-test"
+    assert all((report / name).is_file() for name in REPORT_FILES)
+    document = json.loads((report / "metrics.json").read_text())
+    assert list(document["strategies"]) == list(STRATEGIES)
+    assert document["strategies"]["random"]["Seeds"] == load_config("smoke").backtest.random_seeds
+    assert document["splits"]["test"]["rows"] == document["period"]["bars"]
+    assert document["bars_per_year"] == 8760
+    equity = pd.read_csv(report / "equity.csv", index_col=0)
+    assert list(equity.columns) == list(STRATEGIES)
+    assert set(pd.read_csv(report / "trades.csv")["strategy"]) == set(STRATEGIES)
+    assert "random: seeds 0–1" in out
+
+
+def test_data_and_split_flags(capsys, tmp_path: Path) -> None:
+    data = save_candles(make_synthetic_candles(600), tmp_path / "synthetic.csv")
+    args = ["backtest", "--config", "smoke", "--strategy", "sma_crossover", "--data", str(data),
+            "--split", "validation", "--out", str(tmp_path / "out")]
+    code, _, err = run(capsys, *args)
+    assert code == 0, err
+    document = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert document["data"]["symbol"] == "TEST/USD" and document["split"] == "validation"
+    assert document["period"]["bars"] == document["splits"]["validation"]["rows"]
+    saved = load_config(tmp_path / "out" / "config.yaml")
+    assert saved.data.path == str(data) and saved.backtest.split == "validation"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--strategy", "moon"], 2, "unknown strategy 'moon': use one of buy_and_hold, sma_crossover"),
+        (["--checkpoint", "runs/x/step-1"], 2, "checkpoint not found: 'runs/x/step-1' (agent backtests need"),
+        (["--split", "future"], 2, "backtest.split: Input should be 'train', 'validation' or 'test'"),
+    ],
+)
+def test_errors_are_one_line(capsys, tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    returned, _, err = run(capsys, "backtest", "--config", "smoke", "--out", str(tmp_path / "out"), *args)
+    assert returned == code
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_existing_checkpoint_is_refused_in_one_line(capsys, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "step-1"
+    checkpoint.mkdir()
+    out = tmp_path / "out"
+    args = ["backtest", "--config", "smoke", "--checkpoint", str(checkpoint), "--out", str(out)]
+    code, _, err = run(capsys, *args)
+    assert code == 1
+    assert f"cannot backtest checkpoint '{checkpoint}': the agent path is not available" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
