@@ -32,17 +32,14 @@ def render_trajectory(tokenizer: PreTrainedTokenizerBase, trajectory: Trajectory
         sampled = sum(segment.action_mask)
         parts.append(Text(f"── segment {index}: {len(segment)} tokens, {sampled} sampled ──", style="bold"))
         parts.append(render_tokens(tokenizer, segment.token_ids, segment.action_mask))
-    names = sorted({name for turn in trajectory.turns for name in turn.info.get("reward_components", {})})
     table = Table(title="turns", title_justify="left")
-    for column in ("turn", "tokens", "reward", *names):
-        table.add_column(column, justify="right")
+    for column, justify in (("turn", "right"), ("tokens", "right"), ("reward", "right"), ("components", "left")):
+        table.add_column(column, justify=justify)
     for number, turn in enumerate(trajectory.turns, start=1):
         components = turn.info.get("reward_components", {})
+        shown = ", ".join(f"{name} {value:+.3f}" for name, value in components.items() if value)
         flag = " (truncated)" if turn.truncated else ""
-        table.add_row(
-            f"{number}{flag}", str(turn.end - turn.start), f"{turn.reward:+.4f}",
-            *(f"{components.get(name, 0.0):+.4f}" for name in names),
-        )
+        table.add_row(f"{number}{flag}", str(turn.end - turn.start), f"{turn.reward:+.4f}", shown or "-")
     parts.append(table)
     ending = "terminated" if trajectory.terminated else "truncated" if trajectory.truncated else "running"
     parts.append(Text(f"episode {ending}; total reward {trajectory.total_reward:+.4f}"))
