@@ -280,7 +280,7 @@ def _separate_critic_base(
 def _make_trainable(model: PreTrainedModel, model_config: ModelConfig, *, seed: int) -> nn.Module:
     """Wrap `model` with a seeded LoRA adapter (only the adapter trains), or make all its weights trainable."""
     if model_config.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     lora = model_config.lora
     if not lora.enabled:
         return model.requires_grad_(True)
@@ -342,9 +342,10 @@ def token_logprobs(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     hidden: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """log p(input_ids[:, t] | input_ids[:, :t]) as (B, T) float32; position 0 and unscored positions get 0.
+    """log p(input_ids[:, t] | input_ids[:, :t]) as (B, T) float32; unscored positions get 0.
 
-    Only tokens where `attention_mask` (and `token_mask`, e.g. the action mask, if given) is 1 are scored, in
+    A token is scored when it and the token before it are real (`attention_mask` 1), so a row's first token
+    never is, and when `token_mask` (e.g. the action mask), if given, is 1 at it. Scoring runs in
     chunks of `chunk_size` rows of logits, so the (B, T, vocab) logits never exist at once. With gradients on,
     each chunk is recomputed in the backward pass instead of being stored. `hidden` (B, T, H) from
     `backbone_hidden` reuses a forward pass shared with a value-head critic. `temperature` divides the logits
@@ -388,7 +389,7 @@ def _score_tokens(
     if hidden is None:
         hidden = backbone_hidden(model, input_ids, attention_mask)  # (B, T, H)
     head = causal_lm(model).get_output_embeddings()
-    scored = attention_mask[:, 1:].bool()  # (B, T-1): token t+1 is scored from the state at t
+    scored = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()  # (B, T-1): token t+1 from state t
     if token_mask is not None:
         scored = scored & token_mask[:, 1:].bool()
     states = hidden[:, :-1][scored]  # (N, H)
@@ -489,6 +490,8 @@ def _check_identity(directory: Path, part: str, model_config: ModelConfig) -> No
     if not path.is_file():
         raise UsageError(f"not a {part} checkpoint: {path} is missing")
     saved = json.loads(path.read_text())
+    if saved.get("part") != part:
+        raise UsageError(f"not a {part} checkpoint: {directory} holds a {saved.get('part')}")
     expected = _identity(part, model_config)
     differ = [f"{key} {saved.get(key)!r} vs {want!r}" for key, want in expected.items() if saved.get(key) != want]
     if differ:
