@@ -27,6 +27,9 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
+BASE_MODEL = "base-model"
+"""`--baseline` value that adds the untrained base model to a backtest."""
+
 ConfigOption = Annotated[
     str | None, typer.Option("--config", "-c", help="config name in configs/ (e.g. btc_momentum) or a YAML path")
 ]
@@ -223,6 +226,22 @@ def show_rollout(
 
 
 @app.command()
+def warmstart(
+    config: ConfigOption = "btc_momentum",
+    set_: SetOption = None,
+) -> None:
+    """Supervised warm start on rule demonstrations in the tool-call format (TRL SFTTrainer); writes a model."""
+    from r1trade.agent.warmstart import warmstart as run_warmstart
+
+    resolved = _config(config, set_)
+    run_dir = Path(resolved.output_dir) / f"{resolved.name}-warmstart"
+    resolved.save(run_dir)
+    model_dir = run_warmstart(resolved, run_dir)
+    console.print(f"warm-started model: [bold]{model_dir}[/bold]")
+    console.print(f"train from it with: r1trade train --config ... --set model.name_or_path={model_dir}")
+
+
+@app.command()
 def train(
     config: ConfigOption = "btc_momentum",
     set_: SetOption = None,
@@ -250,13 +269,27 @@ def train(
 
 @app.command()
 def backtest(
-    config: ConfigOption = "btc_momentum",
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config", "-c",
+            help="config name in configs/ or a YAML path (default: the checkpoint's config, else btc_momentum)",
+        ),
+    ] = None,
     set_: SetOption = None,
     strategy: Annotated[
         str | None, typer.Option(help="run this baseline alone (default: every one in backtest.strategies)")
     ] = None,
     checkpoint: Annotated[
         Path | None, typer.Option(help="checkpoint directory of a trained agent to run beside the baselines")
+    ] = None,
+    baseline: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--baseline",
+            help="base-model: also run the untrained base model (the checkpoint's, else the config's) the "
+            "agent's way",
+        ),
     ] = None,
     split: Annotated[
         str | None, typer.Option(help="train, validation or test (default: backtest.split)")
@@ -270,11 +303,21 @@ def backtest(
     from r1trade.backtest.report import comparison_table
     from r1trade.backtest.runner import run_backtest
 
+    unknown = [name for name in baseline or [] if name != BASE_MODEL]
+    if unknown:
+        raise UsageError(
+            f"unknown --baseline '{unknown[0]}': use {BASE_MODEL} (rule baselines: --strategy or backtest.strategies)"
+        )
+    if config is None:
+        saved = None if checkpoint is None else checkpoint / "config.yaml"
+        config = str(saved) if saved is not None and saved.is_file() else "btc_momentum"
     flags = {"data.path": None if data is None else str(data), "backtest.split": split}
     # quoted as JSON strings (valid YAML), so a path such as `null` or `1e3` stays a string
     overrides = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
     resolved = _config(config, [*(set_ or []), *overrides])
-    outcome = run_backtest(resolved, strategy=strategy, checkpoint=checkpoint, out_dir=out)
+    outcome = run_backtest(
+        resolved, strategy=strategy, checkpoint=checkpoint, base_model=bool(baseline), out_dir=out
+    )
     index, env = outcome.context.candles.index, resolved.env
     title = (
         f"{resolved.name} · {outcome.context.split} split · {index[0]:%Y-%m-%d} → {index[-1]:%Y-%m-%d} · "

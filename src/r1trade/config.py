@@ -231,6 +231,16 @@ class TrainConfig(Section):
         return self
 
 
+class WarmstartConfig(Section):
+    """Supervised fine-tuning on rule demonstrations before RL (`r1trade warmstart`)."""
+
+    episodes: int = Field(16, ge=1, description="demonstration episodes played on the train split")
+    max_steps: int = Field(40, ge=1, description="optimiser steps")
+    batch_size: int = Field(2, ge=1)
+    gradient_accumulation: int = Field(2, ge=1)
+    learning_rate: float = Field(2e-4, gt=0)
+
+
 class BacktestConfig(Section):
     """Held-out evaluation."""
 
@@ -243,6 +253,14 @@ class BacktestConfig(Section):
         {}, description="parameter overrides per baseline, e.g. {sma_crossover: {fast: 10, slow: 30}}"
     )
     risk_free_rate: float = Field(0.0, description="annual risk-free rate used by Sharpe and Sortino")
+    agent_windows: int = Field(
+        8, ge=1,
+        description="contiguous windows of whole decisions a model's evaluation is cut into and played as one"
+        " batch; each starts flat with the initial cash and their returns are compounded",
+    )
+    max_decisions: int | None = Field(
+        None, ge=1, description="cap on a model's decisions (quick runs): only the first part of the split is evaluated"
+    )
     report_dir: str = Field("reports", description="reports go to <report_dir>/<name>-<split>[-<strategy>]/")
 
 
@@ -258,6 +276,7 @@ class Config(Section):
     model: ModelConfig = ModelConfig()
     rollout: RolloutConfig = RolloutConfig()
     train: TrainConfig = TrainConfig()
+    warmstart: WarmstartConfig = WarmstartConfig()
     backtest: BacktestConfig = BacktestConfig()
 
     def to_yaml(self) -> str:

@@ -1,0 +1,132 @@
+"""Supervised warm start: teach the tool-call format before RL, with TRL's SFTTrainer on rule demonstrations.
+
+A small instruct model almost never ends its turn with a valid `<tool_call>` in this environment, so RL would get
+no signal. Demonstrations come from a trend-following rule that reads only what the observation shows (the 24-bar
+change and RSI), played through the real `TradingEnv`; each example is the exact token context the rollout engine
+would build (same chat rendering, from ids) followed by the rule's turn, and the loss covers the turn only.
+The LoRA adapter is then merged and saved as a full model directory that `model.name_or_path` can point to.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from r1trade.agent.rollout import ChatTokens
+from r1trade.config import Config
+from r1trade.env.trading_env import TradingEnv, make_envs
+
+TREND_BARS = 24
+
+
+def demonstration_turn(env: TradingEnv) -> str:
+    """The rule's turn for the env's current decision: one sentence of reasoning, then one trade call.
+
+    Long half the equity with a 3 % stop when the last 24 bars rose more than 1 % and RSI is below 70; short
+    (if allowed) on the mirror image; otherwise close an open position when the trend has faded, or hold.
+    """
+    change = env.replay.change_pct(env.bar, TREND_BARS)
+    rsi_values = env.replay.feature_values.get("rsi_14")
+    rsi = rsi_values[env.bar] if rsi_values else math.nan
+    facts = f"{TREND_BARS} bars {change:+.2f}%" + (f", RSI {rsi:.0f}" if math.isfinite(rsi) else "")
+    holding = env.portfolio.units != 0
+    if change > 1.0 and not rsi >= 70:
+        reason, call = f"Uptrend ({facts}), not overbought: go long half, stop 3%.", _order("long", "bullish")
+    elif change < -1.0 and not rsi <= 30 and env.env_config.allow_short:
+        reason, call = f"Downtrend ({facts}), not oversold: go short half, stop 3%.", _order("short", "bearish")
+    elif holding and abs(change) < 0.3:
+        reason, call = f"The trend has faded ({facts}): close the position.", _simple("close_position")
+    else:
+        reason, call = f"No clear signal ({facts}): hold.", _simple("hold")
+    return f"{reason}\n<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def _order(side: str, view: str) -> dict:
+    return {"name": "place_order", "arguments": {"side": side, "size": 0.5, "stop_loss": 3, "view": view}}
+
+
+def _simple(name: str) -> dict:
+    return {"name": name, "arguments": {"view": "neutral"}}
+
+
+def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, seed: int) -> list[dict]:
+    """Play the rule through `episodes` train-split episodes; one tokenized example per turn.
+
+    Each example has `input_ids` (context + turn + end-of-turn) and `completion_mask` (1 on the turn's tokens and
+    its end-of-turn token).
+    """
+    examples = []
+    rng = np.random.default_rng(seed)
+    for env in make_envs(config, episodes, "train"):
+        messages, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
+        done = False
+        while not done:
+            text = demonstration_turn(env)
+            prompt = chat.context(messages)
+            turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
+            end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
+            examples.append({
+                "input_ids": prompt + turn + [end] + rest,
+                "completion_mask": [0] * len(prompt) + [1] * (len(turn) + 1) + [0] * len(rest),
+            })
+            new, _, terminated, truncated, info = env.step(text)
+            done = terminated or truncated
+            assistant = {"role": "assistant", "content": text}
+            messages = new if info.get("context_reset") else [*messages, assistant, *new]
+    return examples
+
+
+def warmstart(config: Config, run_dir: Path) -> Path:
+    """Fine-tune the configured model on demonstrations; returns the merged model's directory."""
+    from datasets import Dataset
+    from peft import LoraConfig as PeftLoraConfig
+    from trl import SFTConfig, SFTTrainer
+
+    from r1trade.agent.model import load_base_model
+
+    settings = config.warmstart
+    model, tokenizer = load_base_model(config.model)
+    chat = ChatTokens(tokenizer)
+    examples = collect_demonstrations(config, chat, episodes=settings.episodes, seed=config.seed)
+    lora = config.model.lora
+    peft_config = (
+        PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                       target_modules=lora.target_modules, task_type="CAUSAL_LM")
+        if lora.enabled else None
+    )
+    args = SFTConfig(
+        output_dir=str(run_dir / "sft"),
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=min(5, settings.max_steps // 5),
+        logging_steps=max(1, settings.max_steps // 10),
+        save_strategy="no",
+        report_to=[],
+        completion_only_loss=True,
+        max_length=None,
+        seed=config.seed,
+        disable_tqdm=True,
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer, peft_config=peft_config,
+    )
+    trainer.train()
+    trained = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
+    out = run_dir / "model"
+    trained.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    history = [row for row in trainer.state.log_history if "loss" in row]
+    (run_dir / "warmstart.json").write_text(
+        json.dumps({"examples": len(examples), "log": history}, indent=1) + "\n"
+    )
+    return out
