@@ -24,7 +24,8 @@ test: install
 
 demo: install
 	$(R1) data-info data/sample/btc_usd_1h.parquet
-	$(R1) show-config --config btc_momentum
+	$(R1) check-env --config btc_momentum --episodes 5
+	$(R1) backtest --config btc_momentum
 
 bench: install
 	$(PIP) install --quiet -e '.[test,bench]'
