@@ -131,3 +131,44 @@ def test_ctrl_c_saves_the_last_finished_update(tmp_path: Path, monkeypatch):
     assert caught.value.checkpoint == tmp_path / "checkpoints" / "step-2"
     assert latest_checkpoint(tmp_path) == caught.value.checkpoint
     assert len(read_metrics(tmp_path)) == 2
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [{"loss_mask": "false"}, {"advantage_mask": "false"}, {"loss_mask": "false", "advantage_mask": "false"}],
+)
+def test_mask_ablations_train(tmp_path: Path, switches: dict):
+    trainer = make_trainer(make_config(updates=1, **switches), tmp_path, turns=2)
+    before = [p.detach().clone() for p in trainer.models.policy.parameters()]
+    trainer.train()
+    (row,) = read_metrics(tmp_path)
+    assert row["skipped_steps"] == 0 and math.isfinite(row["loss"])
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.models.policy.parameters()))
+
+
+def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Path):
+    """The gradient of the loss with respect to observation-token embeddings' inputs: zero with the mask."""
+    grads = {}
+    for masked in (True, False):
+        trainer = make_trainer(make_config(updates=1, loss_mask=str(masked).lower()), tmp_path / str(masked), turns=2)
+        from r1trade.rl.batch import collate, compute_advantages
+
+        batch = compute_advantages(trainer.score(collate(trainer.rollout(), pad_id=trainer.engine.pad_id)), trainer.config.train)
+        head = trainer.models.policy.get_output_embeddings()
+        hidden_grads = []
+        hook = head.register_full_backward_hook(lambda m, gin, gout: hidden_grads.append(gin[0].detach()))
+        loss, _ = trainer.loss(batch.select(torch.arange(1)))
+        loss.backward()
+        hook.remove()
+        row = batch.select(torch.arange(1))
+        grad = torch.cat(hidden_grads, dim=0).reshape(-1, head.in_features).abs().sum(dim=-1)
+        grads[masked] = (grad, row)
+    # log-prob of token t comes from the hidden state at t-1: observation targets are mask-0 positions t >= 1
+    for masked, (grad, row) in grads.items():
+        targets = row.action_mask[0, 1:]
+        valid = row.attention_mask[0, 1:].bool()
+        observation_grad = grad[: len(targets)][(targets == 0) & valid].sum()
+        if masked:
+            assert observation_grad == 0
+        else:
+            assert observation_grad > 0
