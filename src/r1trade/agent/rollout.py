@@ -212,7 +212,7 @@ class RolloutEngine:
                 chunks.append(self.chat.context(messages))
                 trajectory.segments[0].extend(chunks[-1], sampled=False)
             active = list(range(len(envs)))  # trajectory index of each cache row
-            cache = _BatchCache(len(envs), self.device)
+            cache, chunks = self._shared_prefix_cache(chunks)
             while active:
                 logits = self._prefill(cache, chunks)
                 sampled, logprobs, stopped = self._decode(cache, logits, generator)
@@ -238,6 +238,24 @@ class RolloutEngine:
         return trajectories
 
     # ------------------------------------------------------------------ model calls
+
+    def _shared_prefix_cache(self, chunks: list[list[int]]) -> tuple[_BatchCache, list[list[int]]]:
+        """Prefill the prefix all first contexts share (the system prompt) once and copy its cache to every row.
+
+        Returns the cache and what is left of each chunk (at least its last token, which yields the row's logits).
+        """
+        rows = len(chunks)
+        cache = _BatchCache(rows, self.device)
+        shortest = min(len(c) for c in chunks)
+        shared = next((i for i in range(shortest - 1) if len({c[i] for c in chunks}) > 1), shortest - 1)
+        if not self.reuse_cache or rows == 1 or shared == 0:
+            return cache, chunks
+        one = _BatchCache(1, self.device)
+        self._prefill(one, [chunks[0][:shared]])
+        one.kv.batch_repeat_interleave(rows)
+        cache.kv, cache.attention = one.kv, one.attention.repeat(rows, 1)
+        cache.next_position = one.next_position.repeat(rows)
+        return cache, [c[shared:] for c in chunks]
 
     def _forward(self, cache: _BatchCache, ids: torch.Tensor, new_attention: torch.Tensor) -> torch.Tensor:
         """Run new columns `ids` (R, M) through the model on top of the cache; return last-column logits (R, V)."""
