@@ -93,12 +93,12 @@ def test_errors_are_one_line(capsys, tmp_path: Path, args: list[str], code: int,
     assert not (tmp_path / "out").exists()
 
 
-def test_an_existing_checkpoint_is_refused_in_one_line(capsys, tmp_path: Path) -> None:
+def test_an_empty_checkpoint_directory_is_refused_in_one_line(capsys, tmp_path: Path) -> None:
     checkpoint = tmp_path / "step-1"
     checkpoint.mkdir()
     out = tmp_path / "out"
     args = ["backtest", "--config", "smoke", "--checkpoint", str(checkpoint), "--out", str(out)]
     code, _, err = run(capsys, *args)
-    assert code == 1
-    assert f"cannot backtest checkpoint '{checkpoint}': the agent path is not available" in err
+    assert code == 2
+    assert f"incomplete checkpoint '{checkpoint}': missing policy, critic" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()

@@ -125,7 +125,7 @@ def run_vectorized(
         position=pd.Series(units, index=index, name="position"),
         target=pd.Series(targets, index=index, name="target"),
         fills=fills,
-        trades=_round_trips(fills, index, last_close=float(closes[-1])),
+        trades=round_trips(fills, index, last_close=float(closes[-1])),
         initial_cash=float(initial_cash),
         fee_bps=float(fee_bps),
         slippage_bps=float(slippage_bps),
@@ -204,8 +204,13 @@ def _per_bar_state(fills: pd.DataFrame, n_bars: int, *, initial_cash: float) -> 
     return cash, units
 
 
-def _round_trips(fills: pd.DataFrame, index: pd.DatetimeIndex, *, last_close: float) -> pd.DataFrame:
-    """Group fills into round trips; a flip fill closes one trade and opens the next."""
+def round_trips(fills: pd.DataFrame, index: pd.DatetimeIndex, *, last_close: float) -> pd.DataFrame:
+    """Group fills into round trips (TRADE_COLUMNS); a flip fill closes one trade and opens the next.
+
+    fills: one row per fill in time order with `bar` (position in `index`), signed `units`, `price`, `fee` and
+    `position` (units held after the fill, starting from flat). A trade still open is marked at `last_close`,
+    the close of `index`'s last bar.
+    """
     bar, price = fills["bar"].to_numpy(), fills["price"].to_numpy()
     delta, after = fills["units"].to_numpy(), fills["position"].to_numpy()
     before = np.r_[0.0, after[:-1]]

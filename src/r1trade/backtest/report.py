@@ -37,10 +37,11 @@ from r1trade.data.splits import Splits
 
 HIGHER_IS_BETTER = frozenset({
     "Equity Final", "Return [%]", "CAGR [%]", "Sharpe Ratio", "Sortino Ratio", "Calmar Ratio",
-    "Max. Drawdown [%]", "Win Rate [%]", "Profit Factor",
+    "Max. Drawdown [%]", "Win Rate [%]", "Profit Factor", "Valid Tool Calls [%]",
 })
-LOWER_IS_BETTER = frozenset({"Volatility (Ann.) [%]", "Max. Drawdown Duration [bars]"})
-"""Rows where one value is plainly best; exposure, trade count, fees and turnover describe but do not rank."""
+LOWER_IS_BETTER = frozenset({"Volatility (Ann.) [%]", "Max. Drawdown Duration [bars]", "Malformed Turns [%]"})
+"""Rows where one value is plainly best; exposure, trade count, fees, turnover and the action mix describe but
+do not rank."""
 
 MAX_HTML_TRADES = 500
 """Trades listed per strategy in the HTML page; trades.csv always has them all."""
@@ -51,7 +52,7 @@ _TRADE_HEADERS = {
     "entry_time": "Entry", "exit_time": "Exit", "entry_bar": "Entry Bar", "exit_bar": "Exit Bar",
     "direction": "Side", "units": "Units", "entry_price": "Entry Price", "exit_price": "Exit Price",
     "fees": "Fees", "pnl": "PnL", "return_pct": "Return [%]", "is_open": "Open", "seed": "Seed",
-    "reasoning": "Reasoning",
+    "window": "Window", "exit_reason": "Exit Reason", "reasoning": "Reasoning",
 }
 
 
@@ -60,9 +61,10 @@ class StrategyRun:
     """One strategy's backtest, in the shape every report output needs.
 
     equity: value at each bar's close, on a DatetimeIndex. trades: one row per round trip (the engine's
-    TRADE_COLUMNS, plus columns such as `seed`, or the agent's `reasoning` text). metrics: the
-    `compute_metrics` table. extra: further rows shown below the metrics (the agent's valid-tool-call rate and
-    action mix, the random baseline's seed count). note: how to read the numbers (e.g. averaged over seeds).
+    TRADE_COLUMNS, plus columns such as `seed`, or a model run's `window`, `exit_reason` and `reasoning`).
+    metrics: the `compute_metrics` table. extra: further rows shown below the metrics (a model's valid-tool-call
+    rate and action mix, the random baseline's seed count). note: how to read the numbers (e.g. averaged over
+    seeds, or a model run's evaluation protocol).
     """
 
     name: str
@@ -80,17 +82,39 @@ class StrategyRun:
 
 @dataclass(frozen=True)
 class ReportContext:
-    """What the runs were measured on: the resolved config (data path, costs, risk-free rate), the splits."""
+    """What the runs were measured on: the resolved config (data path, costs, risk-free rate), the splits.
+
+    `first_bar` and `last_bar` (positions in the split, inclusive) restrict the evaluation to part of the
+    split: a model needs warm-up history before its first decision, and every strategy is then measured on
+    the same bars. `last_bar` None means the split's last bar.
+    """
 
     config: Config
     splits: Splits
     split: str
     bars_per_year: float
+    first_bar: int = 0
+    last_bar: int | None = None
+
+    @property
+    def split_candles(self) -> pd.DataFrame:
+        """Every candle of the split (history included)."""
+        return self.splits.get(self.split)
+
+    @property
+    def bars(self) -> slice:
+        """The evaluated bars as a slice of the split."""
+        return slice(self.first_bar, None if self.last_bar is None else self.last_bar + 1)
 
     @property
     def candles(self) -> pd.DataFrame:
-        """The candles of the evaluated split."""
-        return self.splits.get(self.split)
+        """The evaluated candles."""
+        return self.split_candles.iloc[self.bars]
+
+    @property
+    def is_partial(self) -> bool:
+        """Whether only part of the split is evaluated."""
+        return len(self.candles) < len(self.split_candles)
 
     @property
     def quote_currency(self) -> str:
@@ -128,6 +152,7 @@ def metrics_document(runs: list[StrategyRun], context: ReportContext) -> dict[st
         "data": {"path": config.data.path, **{key: candles.attrs.get(key) for key in _DATA_ATTRS}},
         "split": context.split,
         "period": {"start": index[0].isoformat(), "end": index[-1].isoformat(), "bars": len(candles)},
+        "evaluated_bars": {"first": context.first_bar, "last": context.first_bar + len(candles) - 1},
         "splits": context.splits.describe(),
         "embargo_bars": config.data.split.embargo_bars,
         "costs": {
@@ -342,7 +367,7 @@ def _facts_table(context: ReportContext) -> str:
     facts = [
         ("Data", f"{config.data.path} · {attrs.get('symbol')} · {attrs.get('timeframe')} bars"),
         ("Source", str(attrs.get("source"))),
-        ("Split", f"{context.split} split of config {config.name}: {len(candles):,} bars"),
+        ("Split", _split_fact(context)),
         ("Embargo", f"{config.data.split.embargo_bars} bars dropped between consecutive splits"),
         ("Period", _period(candles)),
         ("Costs", f"fee {env.fee_bps:g} bps of notional per fill; slippage {env.slippage_bps:g} bps"),
@@ -353,6 +378,17 @@ def _facts_table(context: ReportContext) -> str:
     ]
     rows = "".join(f"<tr><th>{_e(name)}</th><td>{_e(value)}</td></tr>" for name, value in facts)
     return f'<table class="facts">{rows}</table>'
+
+
+def _split_fact(context: ReportContext) -> str:
+    """The split's size and, when only part of it is evaluated, which bars (positions in the split)."""
+    total = len(context.split_candles)
+    text = f"{context.split} split of config {context.config.name}: {total:,} bars"
+    if not context.is_partial:
+        return text
+    bars = len(context.candles)
+    last = context.first_bar + bars - 1
+    return f"{text}; evaluated: bars {context.first_bar:,}–{last:,} ({bars:,} bars, see the notes)"
 
 
 def _metrics_table(runs: list[StrategyRun]) -> str:

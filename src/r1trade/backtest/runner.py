@@ -5,12 +5,18 @@ Every strategy trades the same candles under the config's costs (`env.initial_ca
 length over a 365-day year with `backtest.risk_free_rate`. The random baseline runs with seeds `seed`,
 `seed + 1`, ... (`backtest.random_seeds` of them): its metrics are the mean of each seed's metrics, its equity
 curve is the mean of the seeds' curves, and its trades are all seeds' trades with a `seed` column.
+
+A trained agent (`--checkpoint`) and the untrained base model (`--baseline base-model`) play the split through
+the TradingEnv by the protocol of `r1trade.backtest.model_runs`, with this config's env settings; their
+evaluation starts at the first bar with warm-up history (and may stop early, `backtest.max_decisions`), and
+every baseline is then measured on exactly the same bars, its signals still computed from the whole split so
+that indicators have their history.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +25,13 @@ import pandas as pd
 
 from r1trade.backtest.engine import BacktestResult, run_vectorized
 from r1trade.backtest.metrics import SECONDS_PER_YEAR
+from r1trade.backtest.model_runs import WindowPlan, plan_windows, run_model
 from r1trade.backtest.report import ReportContext, StrategyRun, write_report
 from r1trade.backtest.strategies import STRATEGIES, make_targets
-from r1trade.config import Config, resolve_path
+from r1trade.config import Config, ModelConfig, load_config, resolve_path
 from r1trade.data.splits import make_splits
 from r1trade.data.store import load_clean_candles, timeframe_to_timedelta
-from r1trade.errors import ConfigError, DataError, R1TradeError, UsageError
+from r1trade.errors import ConfigError, DataError, UsageError
 
 SEEDED_STRATEGIES = frozenset({"random"})
 """Baselines whose targets depend on a seed; they are averaged over `backtest.random_seeds` seeds."""
@@ -32,7 +39,7 @@ SEEDED_STRATEGIES = frozenset({"random"})
 
 @dataclass(frozen=True)
 class BacktestOutcome:
-    """What a backtest produced: the runs (agent first, then baselines), what they ran on, where it went."""
+    """What a backtest produced: the runs (models first, then baselines), what they ran on, where it went."""
 
     runs: list[StrategyRun]
     context: ReportContext
@@ -45,19 +52,32 @@ def run_backtest(
     *,
     strategy: str | None = None,
     checkpoint: Path | None = None,
+    base_model: bool = False,
     out_dir: Path | None = None,
 ) -> BacktestOutcome:
-    """Run `strategy` alone, or every baseline in `backtest.strategies` (beside the agent of `checkpoint`).
+    """Run `strategy` alone, or every baseline in `backtest.strategies`, beside the agent of `checkpoint` and
+    (`base_model`) the untrained model: the checkpoint's base model, else `config.model`.
 
     The split is `backtest.split` of the candles at `data.path`; the report goes to `out_dir`, by default
     `<backtest.report_dir>/<name>-<split>` (plus `-<strategy>` when a single baseline runs).
     """
     names = [strategy] if strategy else list(dict.fromkeys(config.backtest.strategies))
     check_strategy_names(names, params=config.backtest.params)
-    if not names and checkpoint is None:
-        raise ConfigError("nothing to backtest: backtest.strategies is empty and no --checkpoint was given")
+    if not names and checkpoint is None and not base_model:
+        raise ConfigError(
+            "nothing to backtest: backtest.strategies is empty and neither --checkpoint nor --baseline "
+            "base-model was given"
+        )
     context = load_context(config)
-    runs = [run_agent(checkpoint, context)] if checkpoint is not None else []
+    runs: list[StrategyRun] = []
+    if checkpoint is not None or base_model:
+        plan = plan_windows(config, len(context.split_candles))
+        context = replace(context, first_bar=plan.first_bar, last_bar=plan.last_bar)
+        if checkpoint is not None:
+            runs.append(run_agent(checkpoint, context))
+        if base_model:
+            model = load_config(checkpoint / "config.yaml").model if checkpoint is not None else config.model
+            runs.append(run_base_model(model, context, beside=runs[0].name if runs else None))
     runs += [run_baseline(name, context) for name in names]
     out_dir = out_dir or default_report_dir(config, strategy)
     files = write_report(runs, context, out_dir)
@@ -107,31 +127,82 @@ def run_baseline(name: str, context: ReportContext) -> StrategyRun:
 
 
 def run_agent(checkpoint: Path, context: ReportContext) -> StrategyRun:
-    """The trained agent's run on the context's split: greedy decoding through the TradingEnv, same costs.
+    """The trained agent "agent (step-N)": greedy decoding through the TradingEnv with the context's config.
 
-    The hook for the agent path: it reads the checkpoint with `r1trade.rl.checkpoint.load_trained_agent`,
-    refuses one made with an incompatible config, and returns a run whose trades carry the agent's `reasoning`
-    and whose extra rows hold the valid-tool-call rate and the action mix. Not available in this version:
-    after checking that the checkpoint exists, it fails with one line.
+    The policy comes from the checkpoint (`load_trained_agent`: a missing or incomplete checkpoint, or one
+    whose config does not match its weights, is a one-line UsageError); everything the env does (costs,
+    cadence, tools, decoding length) comes from `context.config`. The run's trades carry the `reasoning` text
+    of the turn that opened them; its extra rows hold the valid-tool-call rate and the action mix.
     """
+    from r1trade.rl.checkpoint import load_trained_agent
+
     if not checkpoint.is_dir():
         raise UsageError(
             f"checkpoint not found: '{checkpoint}' (agent backtests need a trained checkpoint from "
             "`r1trade train`, e.g. runs/<name>/checkpoints/step-N)"
         )
-    raise R1TradeError(
-        f"cannot backtest checkpoint '{checkpoint}': the agent path is not available in this version yet "
-        f"(the baselines run with `r1trade backtest --config {context.config.name}`)"
+    trained, models = load_trained_agent(checkpoint)
+    note = f"checkpoint {checkpoint} ({trained.model.name_or_path}); {protocol_note(_plan(context), context)}"
+    return run_model(f"agent ({checkpoint.name})", models, context, note=note)
+
+
+def run_base_model(model: ModelConfig, context: ReportContext, *, beside: str | None = None) -> StrategyRun:
+    """The untrained `model` as "base model", by the agent's protocol, so the effect of training shows.
+
+    `beside`: the agent run it is compared with (its note describes the protocol, this one refers to it).
+    """
+    from r1trade.agent.model import load_agent_models
+
+    models = load_agent_models(model, seed=context.config.seed)
+    protocol = f"same protocol and windows as {beside}" if beside else protocol_note(_plan(context), context)
+    return run_model("base model", models, context, note=f"untrained {model.name_or_path}; {protocol}")
+
+
+def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
+    """How a model run was evaluated, for the report (see `r1trade.backtest.model_runs`)."""
+    env, seed, index = context.config.env, context.config.seed, context.split_candles.index
+    first, last = (f"{index[bar]:%Y-%m-%d %H:%M}" for bar in (plan.first_bar, plan.last_bar))
+    if plan.total < plan.available:
+        scope = (
+            f"the first {plan.total:,} of the {plan.available:,} decisions that fit "
+            "(backtest.max_decisions), so only the first part of the split is evaluated"
+        )
+    else:
+        scope = f"all {plan.total:,} decisions that fit in the split"
+    sizes = sorted(set(plan.decisions))
+    size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
+    random_slippage = (
+        f" The model's fills also pay the env's random slippage ({env.slippage_vol_frac:g} × recent "
+        "volatility × |z|), which the rule baselines do not."
+        if env.slippage_vol_frac > 0 else ""
+    )
+    return (
+        f"greedy decoding; a decision every {plan.every} bars from bar {plan.first_bar} of the split (the "
+        f"{first} UTC bar, the first with {env.warmup_bars} bars of history) to bar {plan.last_bar} ({last} "
+        f"UTC): {scope}. They are played as {len(plan.starts)} contiguous windows of {size} decisions in one "
+        f"batch, window k with slippage seed {seed} + k. Each window starts flat with the initial cash; a "
+        "position still open at a window's end is not closed but marked at that bar's close without exit fee "
+        "or slippage (exit reason 'window end'), and the next window starts flat again. The equity curve "
+        "compounds the windows' returns; later windows' units, fees and PnL are scaled to that compounded "
+        f"equity.{random_slippage} The baselines are measured on the same bars (their signals see the "
+        "split's earlier bars as history)."
     )
 
 
+def _plan(context: ReportContext) -> WindowPlan:
+    return plan_windows(context.config, len(context.split_candles))
+
+
 def _simulate(name: str, params: dict[str, Any], context: ReportContext) -> BacktestResult:
-    """Targets of baseline `name` on the split, through the vectorized engine with the config's costs."""
+    """Targets of baseline `name` from the whole split, traded on the evaluated bars with the config's costs.
+
+    Trading starts flat at the first evaluated bar; targets there may use earlier bars (indicator history).
+    """
     env = context.config.env
     try:
-        target = make_targets(name, context.candles, **params)
+        target = make_targets(name, context.split_candles, **params)
         return run_vectorized(
-            context.candles, target, initial_cash=env.initial_cash, fee_bps=env.fee_bps,
+            context.candles, target.iloc[context.bars], initial_cash=env.initial_cash, fee_bps=env.fee_bps,
             slippage_bps=env.slippage_bps, allow_short=env.allow_short,
         )
     except (TypeError, ValueError) as exc:

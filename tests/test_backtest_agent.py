@@ -1,0 +1,297 @@
+"""The agent path of `r1trade backtest`: windows, chained equity, trades with reasoning, turn statistics, the
+CLI with a trained tiny checkpoint and the untrained base model, and one-line errors for bad checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from env_fixtures import call, close, hold, long, short
+
+from r1trade.agent.rollout import Trajectory, Turn
+from r1trade.backtest.model_runs import (
+    WINDOW_END,
+    WindowPlan,
+    chain_equity,
+    model_run,
+    plan_windows,
+    play_windows,
+)
+from r1trade.backtest.runner import load_context, run_baseline
+from r1trade.backtest.strategies import STRATEGIES
+from r1trade.cli import main
+from r1trade.config import load_config
+from r1trade.env.trading_env import make_envs
+from r1trade.errors import DataError
+
+MALFORMED = "I think it goes up <tool_call>{not json</tool_call>"
+Script = Callable[[int, int], list[str]]
+"""(window, decision) → the turns the scripted agent takes for that decision."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """The tiny model decodes faster on one thread than with threads competing for a busy CPU."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny checkpoint trained for one update (shared: training takes a while)."""
+    out = tmp_path_factory.mktemp("runs")
+    fast = ["env.episode_decisions=2", "rollout.max_new_tokens=12", "train.epochs=1", "train.updates=1"]
+    args = ["train", "--config", "smoke", *(f"--set={item}" for item in [*fast, f"output_dir={out}"])]
+    assert main(args) == 0
+    return out / "smoke" / "checkpoints" / "step-1"
+
+
+class ScriptedPlayer:
+    """Plays each env from a fixed script instead of a model, returning what RolloutEngine.run returns."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+
+    def run(self, envs: Sequence, seeds: Sequence[int | None]) -> list[Trajectory]:
+        return [self._play(k, env, seed) for k, (env, seed) in enumerate(zip(envs, seeds, strict=True))]
+
+    def _play(self, k: int, env, seed: int | None) -> Trajectory:
+        env.reset(seed)
+        trajectory = Trajectory(seed=seed, group=k)
+        decision, done = 0, False
+        while not done:
+            for text in self.script(k, decision):
+                _, reward, terminated, truncated, info = env.step(text)
+                trajectory.turns.append(Turn(0, 0, 0, text, reward, False, info))
+                done = terminated or truncated
+                if info["decision_done"]:
+                    break
+            assert info["decision_done"], "the script must end every decision"
+            decision += 1
+        return trajectory
+
+
+def tagged(k: int, d: int, turn: str) -> str:
+    return f"w{k}d{d}: {turn}"
+
+
+def round_trip_script(k: int, d: int) -> list[str]:
+    """Long, hold, flip short; window 0 closes, window 1 is forced to hold (its short stays open)."""
+    turns = {
+        0: [MALFORMED, call("get_portfolio"), long(1.0)],
+        1: [hold()],
+        2: [short(0.5)],
+        3: [close()] if k == 0 else [MALFORMED] * 3,
+    }[d]
+    return [tagged(k, d, turn) for turn in turns]
+
+
+def scripted_run(script: Script, *overrides: str):
+    config = load_config("smoke", ["backtest.max_decisions=8", *overrides])
+    context = load_context(config)
+    plan = plan_windows(config, len(context.split_candles))
+    plays = play_windows(ScriptedPlayer(script), context, plan)
+    return model_run("agent", plays, context, plan, note=""), context, plan
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+
+def test_chain_equity_compounds_window_returns_by_hand() -> None:
+    times = pd.date_range("2024-01-01", periods=5, freq="1h", tz="UTC")
+    first = pd.Series([100.0, 110.0, 99.0], index=times[:3])  # -1 %
+    second = pd.Series([100.0, 120.0, 90.0], index=times[2:])  # starts flat again where the first ends
+    chained = chain_equity([first, second])
+    np.testing.assert_allclose(chained.to_numpy(), [100.0, 110.0, 99.0, 118.8, 89.1], rtol=1e-12)
+    assert chained.index.equals(times)
+
+    ruined = pd.Series([100.0, -5.0], index=times[:2])  # ruin is final: later windows are left out
+    assert chain_equity([ruined, pd.Series([100.0, 200.0], index=times[1:3])]).tolist() == [100.0, -5.0]
+    with pytest.raises(ValueError, match="window 1 starts"):
+        chain_equity([first, pd.Series([100.0, 101.0], index=times[3:])])
+
+
+def test_plan_windows_cuts_whole_decisions_into_contiguous_windows() -> None:
+    config = load_config("smoke", ["backtest.agent_windows=3", "env.warmup_bars=10", "env.decision_every=4"])
+    plan = plan_windows(config, 100)  # (100 - 1 - 10) // 4 = 22 decisions fit
+    assert plan == WindowPlan(starts=(10, 42, 70), decisions=(8, 7, 7), every=4, available=22)
+    assert (plan.first_bar, plan.last_bar, plan.total) == (10, 98, 22)
+
+    config.backtest.max_decisions = 2
+    assert plan_windows(config, 100) == WindowPlan(starts=(10, 14), decisions=(1, 1), every=4, available=22)
+    with pytest.raises(DataError, match="too few for 10 warm-up bars"):
+        plan_windows(config, 14)
+
+
+# --------------------------------------------------------------------------- scripted agent
+
+
+def test_scripted_windows_give_trades_with_reasoning_and_consistent_books() -> None:
+    run, context, plan = scripted_run(round_trip_script, "backtest.agent_windows=2")
+    assert plan.decisions == (4, 4)
+    cash = context.config.env.initial_cash
+
+    # the chained curve, by hand from the two windows played alone
+    curves, units = [], []
+    for k, (start, decisions) in enumerate(zip(plan.starts, plan.decisions, strict=True)):
+        (env,) = make_envs(context.config, 1, context.split)
+        ScriptedPlayer(lambda _, d, k=k: round_trip_script(k, d)).run([_Fixed(env, start, decisions)], [k])
+        curves.append(env.equity_curve().to_numpy())
+        units.append(env.fills[0].units)
+    growth = curves[0][-1] / cash
+    np.testing.assert_allclose(run.equity.to_numpy(), np.r_[curves[0], growth * curves[1][1:]], rtol=1e-12)
+    assert run.equity.index.equals(context.split_candles.index[plan.first_bar : plan.last_bar + 1])
+
+    trades = run.trades
+    assert trades["window"].tolist() == [0, 0, 1, 1]
+    assert trades["direction"].tolist() == [1, -1, 1, -1]
+    assert trades["exit_reason"].tolist() == ["order", "order", "order", WINDOW_END]
+    assert trades["is_open"].tolist() == [False, False, False, True]
+    assert [text[:4] for text in trades["reasoning"]] == ["w0d0", "w0d2", "w1d0", "w1d2"]
+    assert trades["reasoning"].iloc[0].endswith(long(1.0))
+    assert trades["exit_bar"].iloc[-1] == len(run.equity) - 1
+    # window 1's money is scaled to the compounded equity, so the books add up with the curve
+    assert trades["units"].iloc[2] == pytest.approx(units[1] * growth, rel=1e-12)
+    assert trades["pnl"].sum() == pytest.approx(run.equity.iloc[-1] - cash, rel=1e-9)
+    assert trades["fees"].sum() == pytest.approx(run.metrics["Fees Paid"], rel=1e-12)
+    assert run.metrics["# Trades"] == 4 and run.metrics["Return [%]"] == pytest.approx(
+        100 * (run.equity.iloc[-1] / cash - 1)
+    )
+
+    assert run.extra == pytest.approx({
+        "# Decisions": 8,
+        "Valid Tool Calls [%]": 100 * 9 / 14,  # 14 turns; 5 malformed
+        "Malformed Turns [%]": 100 * 5 / 14,
+        "Action Mix: Long [%]": 25.0,
+        "Action Mix: Short [%]": 25.0,
+        "Action Mix: Close [%]": 12.5,
+        "Action Mix: Hold [%]": 25.0,
+        "Action Mix: Forced Hold [%]": 12.5,
+    })
+
+
+class _Fixed:
+    """The window env the runner builds, for playing one window alone."""
+
+    def __init__(self, env, start: int, decisions: int) -> None:
+        self.env, self.options = env, {"start": start, "decisions": decisions}
+
+    def reset(self, seed=None, options=None):
+        return self.env.reset(seed, options=self.options)
+
+    def step(self, text: str):
+        return self.env.step(text)
+
+
+def test_one_window_of_long_and_hold_is_buy_and_hold() -> None:
+    """Without random slippage the env fills like the vectorized engine: going long once is buy-and-hold."""
+    def script(k: int, d: int) -> list[str]:
+        return [long(1.0) if d == 0 else hold()]
+
+    run, context, plan = scripted_run(script, "backtest.agent_windows=1", "env.slippage_vol_frac=0")
+    same_bars = replace(context, first_bar=plan.first_bar, last_bar=plan.last_bar)
+    baseline = run_baseline("buy_and_hold", same_bars)
+    np.testing.assert_allclose(run.equity.to_numpy(), baseline.equity.to_numpy(), rtol=1e-12)
+    columns = ["entry_bar", "exit_bar", "direction", "units", "entry_price", "exit_price", "fees", "pnl"]
+    pd.testing.assert_frame_equal(run.trades[columns], baseline.trades[columns], rtol=1e-12)
+    for row in ("Return [%]", "Max. Drawdown [%]", "Fees Paid", "Turnover", "Exposure Time [%]"):
+        assert run.metrics[row] == pytest.approx(baseline.metrics[row], rel=1e-9)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_checkpoint_and_base_model_beside_the_baselines(capsys, checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    code, stdout, err = run_cli(
+        capsys, "backtest", "--checkpoint", str(checkpoint), "--set", "backtest.max_decisions=8",
+        "--set", "backtest.agent_windows=2", "--baseline", "base-model", "--out", str(out),
+    )
+    assert code == 0, err
+    document = json.loads((out / "metrics.json").read_text())
+    agent = "agent (step-1)"
+    assert list(document["strategies"]) == [agent, "base model", *STRATEGIES]
+    rows = document["strategies"][agent]
+    assert rows["# Decisions"] == 8 and 0 <= rows["Valid Tool Calls [%]"] <= 100
+    mix = [rows[f"Action Mix: {kind} [%]"] for kind in ("Long", "Short", "Close", "Hold", "Forced Hold")]
+    assert sum(mix) == pytest.approx(100.0)
+    assert {"Malformed Turns [%]", "Sharpe Ratio", "Fees Paid"} <= set(rows)
+    # every strategy is measured on the agent's bars: 8 decisions of 4 bars from the first warm bar
+    assert document["period"]["bars"] == 8 * 4 + 1 and document["evaluated_bars"]["first"] == 60
+    assert {table["Start"] for table in document["strategies"].values()} == {document["period"]["start"]}
+    assert "max_decisions" in document["notes"][agent] and "window" in document["notes"][agent]
+    assert document["notes"]["base model"] == f"untrained tiny-random; same protocol and windows as {agent}"
+    trades = pd.read_csv(out / "trades.csv")
+    assert "reasoning" in trades.columns
+    agent_trades = trades[trades["strategy"] == agent]
+    assert agent_trades["reasoning"].notna().all()
+    assert list(pd.read_csv(out / "equity.csv", index_col=0).columns)[:2] == [agent, "base model"]
+    assert agent in (out / "report.html").read_text() and agent in stdout
+
+
+def test_base_model_without_a_checkpoint(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    code, stdout, err = run_cli(
+        capsys, "backtest", "--config", "smoke", "--baseline", "base-model", "--strategy", "buy_and_hold",
+        "--set", "backtest.max_decisions=2", "--set", "backtest.agent_windows=2", "--out", str(out),
+    )
+    assert code == 0, err
+    document = json.loads((out / "metrics.json").read_text())
+    assert list(document["strategies"]) == ["base model", "buy_and_hold"]
+    assert document["strategies"]["base model"]["# Decisions"] == 2
+    assert document["notes"]["base model"].startswith("untrained tiny-random; greedy decoding")
+
+
+def drop_critic(path: Path) -> None:
+    shutil.rmtree(path / "critic")
+
+
+def change_model_seed(path: Path) -> None:
+    """The checkpoint's config now names other weights than the ones it holds."""
+    saved = yaml.safe_load((path / "config.yaml").read_text())
+    saved["model"]["tiny_seed"] = 1
+    (path / "config.yaml").write_text(yaml.safe_dump(saved))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (drop_critic, "incomplete checkpoint '{path}': missing critic"),
+        (change_model_seed, "{path}/policy holds a policy for another model config (tiny_seed 0 vs 1)"),
+    ],
+    ids=["incomplete", "incompatible-config"],
+)
+def test_bad_checkpoints_are_one_line_usage_errors(
+    capsys, checkpoint: Path, tmp_path: Path, damage: Callable[[Path], None], message: str
+) -> None:
+    path = tmp_path / "step-1"
+    shutil.copytree(checkpoint, path)
+    damage(path)
+    out = tmp_path / "report"
+    code, _, err = run_cli(capsys, "backtest", "--checkpoint", str(path), "--out", str(out))
+    assert code == 2
+    assert message.format(path=path) in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_unknown_baseline_is_a_usage_error(capsys, tmp_path: Path) -> None:
+    args = ["backtest", "--config", "smoke", "--baseline", "gpt", "--out", str(tmp_path / "out")]
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and "unknown --baseline 'gpt': use base-model" in err
