@@ -38,3 +38,15 @@ def test_train_resume_and_show_rollout(capsys, tmp_path: Path):
 def test_resume_of_a_non_run_directory_is_a_usage_error(capsys, tmp_path: Path):
     assert main(["train", "--resume", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_plot_run_draws_png_files(capsys, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rows = [{"update": u, "episode_return": 0.1 * u, "reward/pnl": 0.2, "reward/format": -0.1, "entropy": 2.0,
+             "kl_ref": 0.01 * u, "grad_norm": 1.0, "valid_call_rate": 0.5} for u in (1, 2, 3)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["plot-run", str(run_dir)]) == 0
+    for name in ("learning_curves.png", "reward_components.png"):
+        assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot-run", str(tmp_path / "nothing")]) == 2

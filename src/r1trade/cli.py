@@ -267,6 +267,18 @@ def train(
     console.print(f"final checkpoint: [bold]{checkpoint}[/bold]")
 
 
+@app.command("plot-run")
+def plot_run(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `r1trade train`")],
+    out: Annotated[Path | None, typer.Option(help="where to write the PNGs (default: the run directory)")] = None,
+) -> None:
+    """Draw a run's learning curves (return, PnL, valid calls, entropy, KL, each reward component) as PNGs."""
+    from r1trade.rl.plots import plot_learning_curves
+
+    for path in plot_learning_curves(run_dir, out):
+        console.print(f"wrote {path}")
+
+
 @app.command()
 def backtest(
     config: Annotated[

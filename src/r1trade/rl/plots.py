@@ -1,0 +1,71 @@
+"""Learning curves of a training run, drawn from its `metrics.jsonl`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from r1trade.errors import UsageError  # noqa: E402
+
+PANELS: list[tuple[str, list[str]]] = [
+    ("episode return and PnL", ["episode_return", "episode_pnl_pct", "buy_and_hold_pct"]),
+    ("valid tool calls", ["valid_call_rate"]),
+    ("entropy", ["entropy"]),
+    ("KL to reference / approx KL", ["kl_ref", "approx_kl"]),
+    ("value loss / explained variance", ["value_loss", "explained_variance"]),
+    ("grad norm", ["grad_norm"]),
+]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The per-update metric rows of a run directory."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise UsageError(f"no metrics in '{run_dir}': expected {path} (a directory written by `r1trade train`)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_learning_curves(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
+    """Write `learning_curves.png` (key diagnostics) and `reward_components.png`; return their paths."""
+    rows = read_metrics(run_dir)
+    if not rows:
+        raise UsageError(f"'{run_dir}/metrics.jsonl' is empty: train at least one update first")
+    out_dir = out_dir or run_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    updates = [row["update"] for row in rows]
+
+    fig, axes = plt.subplots(3, 2, figsize=(11, 9), sharex=True)
+    for ax, (title, keys) in zip(axes.flat, PANELS, strict=True):
+        present = [key for key in keys if any(key in row for row in rows)]
+        for key in present:
+            ax.plot(updates, [row.get(key, float("nan")) for row in rows], marker=".", label=key)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        if present:
+            ax.legend(fontsize=8)
+    for ax in axes[-1]:
+        ax.set_xlabel("update")
+    fig.suptitle(f"{run_dir.name}: learning curves")
+    fig.tight_layout()
+    curves = out_dir / "learning_curves.png"
+    fig.savefig(curves, dpi=110)
+    plt.close(fig)
+
+    names = sorted({key for row in rows for key in row if key.startswith("reward/")})
+    fig, ax = plt.subplots(figsize=(11, 5))
+    for name in names:
+        ax.plot(updates, [row.get(name, float("nan")) for row in rows], marker=".", label=name.removeprefix("reward/"))
+    ax.set_title(f"{run_dir.name}: reward components (weighted, mean per episode)")
+    ax.set_xlabel("update")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    components = out_dir / "reward_components.png"
+    fig.savefig(components, dpi=110)
+    plt.close(fig)
+    return [curves, components]
