@@ -22,10 +22,18 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	$(VENV)/bin/pytest
 
+# The demo: warm start, a short PPO run and a held-out backtest of SmolLM2-135M-Instruct (LoRA) on the sample.
+DEMO      := runs/demo
+DEMO_SET  := --set name=demo --set output_dir=runs
 demo: install
 	$(R1) data-info data/sample/btc_usd_1h.parquet
-	$(R1) check-env --config btc_momentum --episodes 5
-	$(R1) backtest --config btc_momentum
+	rm -rf $(DEMO) $(DEMO)-warmstart reports/demo-test
+	$(R1) warmstart --config btc_momentum $(DEMO_SET) --set warmstart.episodes=6 --set warmstart.max_steps=12
+	$(R1) train --config btc_momentum $(DEMO_SET) --set model.name_or_path=$(DEMO)-warmstart/model \
+	    --set train.updates=2 --set rollout.num_envs=4 --set train.epochs=1
+	$(R1) plot-run $(DEMO)
+	$(R1) backtest --checkpoint $(DEMO)/checkpoints/step-2 --baseline base-model \
+	    --set backtest.max_decisions=24 --set backtest.agent_windows=4 --out reports/demo-test
 
 bench: install
 	$(PIP) install --quiet -e '.[test,bench]'
