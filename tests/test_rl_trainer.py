@@ -146,29 +146,34 @@ def test_mask_ablations_train(tmp_path: Path, switches: dict):
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.models.policy.parameters()))
 
 
-def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Path):
-    """The gradient of the loss with respect to observation-token embeddings' inputs: zero with the mask."""
-    grads = {}
-    for masked in (True, False):
-        trainer = make_trainer(make_config(updates=1, loss_mask=str(masked).lower()), tmp_path / str(masked), turns=2)
-        from r1trade.rl.batch import collate, compute_advantages
+def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Path, monkeypatch):
+    """d loss / d log π(token) on observation tokens: exactly zero with the loss mask, non-zero without it."""
+    import r1trade.rl.trainer as trainer_module
+    from r1trade.rl.batch import collate, compute_advantages
 
-        batch = compute_advantages(trainer.score(collate(trainer.rollout(), pad_id=trainer.engine.pad_id)), trainer.config.train)
-        head = trainer.models.policy.get_output_embeddings()
-        hidden_grads = []
-        hook = head.register_full_backward_hook(lambda m, gin, gout: hidden_grads.append(gin[0].detach()))
-        loss, _ = trainer.loss(batch.select(torch.arange(1)))
+    captured = []
+    real = trainer_module.token_logprobs_and_entropy
+
+    def capture(*args, **kwargs):
+        logprobs, entropy = real(*args, **kwargs)
+        if torch.is_grad_enabled():
+            logprobs.retain_grad()
+            captured.append(logprobs)
+        return logprobs, entropy
+
+    monkeypatch.setattr(trainer_module, "token_logprobs_and_entropy", capture)
+    for masked in (True, False):
+        switch = str(masked).lower()  # both masks on, or both off (observation tokens then get advantages too)
+        config = make_config(updates=1, loss_mask=switch, advantage_mask=switch)
+        trainer = make_trainer(config, tmp_path / switch, turns=2)
+        rollout = collate(trainer.rollout(), pad_id=trainer.engine.pad_id)
+        batch = compute_advantages(trainer.score(rollout), trainer.config.train).select(torch.arange(1))
+        captured.clear()
+        loss, _ = trainer.loss(batch)
         loss.backward()
-        hook.remove()
-        row = batch.select(torch.arange(1))
-        grad = torch.cat(hidden_grads, dim=0).reshape(-1, head.in_features).abs().sum(dim=-1)
-        grads[masked] = (grad, row)
-    # log-prob of token t comes from the hidden state at t-1: observation targets are mask-0 positions t >= 1
-    for masked, (grad, row) in grads.items():
-        targets = row.action_mask[0, 1:]
-        valid = row.attention_mask[0, 1:].bool()
-        observation_grad = grad[: len(targets)][(targets == 0) & valid].sum()
-        if masked:
-            assert observation_grad == 0
-        else:
-            assert observation_grad > 0
+        grad = captured[0].grad[0].abs()  # (T,)
+        observation = (batch.action_mask[0] == 0) & batch.attention_mask[0].bool()
+        observation[0] = False  # the first token has no prefix: never scored
+        action = batch.action_mask[0].bool()
+        assert grad[action].sum() > 0
+        assert (grad[observation].sum() == 0) == masked

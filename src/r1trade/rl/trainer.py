@@ -53,12 +53,14 @@ class Outputs:
 
 def token_outputs(
     models: AgentModels, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float, chunk: int,
-    with_values: bool,
+    with_values: bool, token_mask: torch.Tensor | None = None,
 ) -> Outputs:
-    """One backbone pass: log-probs and entropy from the LM head (in chunks), values from the critic."""
+    """One backbone pass: log-probs and entropy from the LM head (in chunks, only where `token_mask` is 1, or
+    every real token without one), values from the critic."""
     hidden = backbone_hidden(models.policy, input_ids, attention_mask)  # (B, T, H)
     logprobs, entropy = token_logprobs_and_entropy(
-        models.policy, input_ids, attention_mask, temperature=temperature, chunk_size=chunk, hidden=hidden
+        models.policy, input_ids, attention_mask, token_mask=token_mask, temperature=temperature, chunk_size=chunk,
+        hidden=hidden,
     )
     values = None
     if with_values:
@@ -185,16 +187,17 @@ class Trainer:
         old_logprobs, ref_logprobs, values = [], [], []
         temperature = self._temperature()
         for rows in _chunks(batch.rows, cfg.micro_batch_size):
-            ids, mask = batch.input_ids[rows], batch.attention_mask[rows]
+            ids, mask, scored = batch.input_ids[rows], batch.attention_mask[rows], self._scored(batch.action_mask[rows])
             out = token_outputs(
-                self.models, ids, mask, temperature=temperature, chunk=cfg.logprob_chunk, with_values=self.uses_critic
+                self.models, ids, mask, temperature=temperature, chunk=cfg.logprob_chunk,
+                with_values=self.uses_critic, token_mask=scored,
             )
             old_logprobs.append(out.logprobs)
             values.append(out.values)
             with reference_context(self.models) as reference:
-                ref_logprobs.append(
-                    token_logprobs(reference, ids, mask, temperature=temperature, chunk_size=cfg.logprob_chunk)
-                )
+                ref_logprobs.append(token_logprobs(
+                    reference, ids, mask, token_mask=scored, temperature=temperature, chunk_size=cfg.logprob_chunk
+                ))
         batch.old_logprobs = torch.cat(old_logprobs)
         batch.ref_logprobs = torch.cat(ref_logprobs)
         batch.old_values = torch.cat(values) if self.uses_critic else None
@@ -252,8 +255,8 @@ class Trainer:
         cfg = self.config.train
         mask = self._loss_mask(micro)
         out = token_outputs(
-            self.models, micro.input_ids, micro.attention_mask,
-            temperature=self._temperature(), chunk=cfg.logprob_chunk, with_values=self.uses_critic,
+            self.models, micro.input_ids, micro.attention_mask, temperature=self._temperature(),
+            chunk=cfg.logprob_chunk, with_values=self.uses_critic, token_mask=self._scored(micro.action_mask),
         )
         pg, stats = policy_loss(out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high)
         entropy = entropy_bonus(out.entropy, mask)
@@ -289,6 +292,10 @@ class Trainer:
         valid = batch.attention_mask.float().clone()
         valid[:, 0] = 0.0  # the first token of a row has no prefix to predict it from
         return valid
+
+    def _scored(self, action_mask: torch.Tensor) -> torch.Tensor | None:
+        """Tokens whose log-probs are needed: the sampled ones, or all when the loss mask is off (ablation)."""
+        return action_mask if self.config.train.loss_mask else None
 
     def _temperature(self) -> float:
         t = self.config.rollout.temperature
