@@ -23,17 +23,18 @@ test: install
 	$(VENV)/bin/pytest
 
 # The demo: warm start, a short PPO run and a held-out backtest of SmolLM2-135M-Instruct (LoRA) on the sample.
+# Budgets are cut to fit a 2-core CPU; see README for what it shows and how to run the full configuration.
 DEMO      := runs/demo
-DEMO_SET  := --set name=demo --set output_dir=runs
+DEMO_SET  := --set name=demo --set output_dir=runs --set env.episode_decisions=2 --set rollout.max_new_tokens=48
 demo: install
 	$(R1) data-info data/sample/btc_usd_1h.parquet
 	rm -rf $(DEMO) $(DEMO)-warmstart reports/demo-test
-	$(R1) warmstart --config btc_momentum $(DEMO_SET) --set warmstart.episodes=6 --set warmstart.max_steps=12
+	$(R1) warmstart --config btc_momentum $(DEMO_SET) --set warmstart.episodes=4 --set warmstart.max_steps=6
 	$(R1) train --config btc_momentum $(DEMO_SET) --set model.name_or_path=$(DEMO)-warmstart/model \
-	    --set train.updates=2 --set rollout.num_envs=4 --set train.epochs=1
+	    --set train.updates=1 --set rollout.num_envs=2 --set train.epochs=1
 	$(R1) plot-run $(DEMO)
-	$(R1) backtest --checkpoint $(DEMO)/checkpoints/step-2 --baseline base-model \
-	    --set backtest.max_decisions=24 --set backtest.agent_windows=4 --out reports/demo-test
+	$(R1) backtest --checkpoint $(DEMO)/checkpoints/step-1 --baseline base-model \
+	    --set backtest.max_decisions=8 --set backtest.agent_windows=2 --out reports/demo-test
 
 bench: install
 	$(PIP) install --quiet -e '.[test,bench]'
