@@ -3,7 +3,6 @@ the KV cache changes nothing but speed."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from r1trade.agent.rollout import ChatTokens, RolloutEngine, SamplingConfig, Trajectory

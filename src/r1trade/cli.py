@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from r1trade import __version__
-from r1trade.config import Config, load_config, resolve_path
+from r1trade.config import Config, load_config
 from r1trade.errors import R1TradeError, TrainingInterrupted, UsageError
 
 app = typer.Typer(
