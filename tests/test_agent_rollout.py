@@ -180,3 +180,24 @@ def test_without_cache_reuse_the_trajectories_are_the_same(tiny_agent):
         assert [s.token_ids for s in cached.segments] == [s.token_ids for s in fresh.segments]
         for a, b in zip(cached.segments, fresh.segments):
             assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+
+
+def test_growing_cache_layer_matches_concatenation():
+    """In-place appends (buffer doubling past 256 columns), row selection and repetition equal torch.cat's."""
+    from r1trade.agent.rollout import _GrowingLayer
+
+    torch.manual_seed(0)
+    layer, keys, values = _GrowingLayer(), [], []
+    for width in (200, 1, 1, 100, 1, 300):  # grows at 302 columns (to 512) and at 603 (to 1024)
+        k, v = torch.randn(3, 2, width, 4), torch.randn(3, 2, width, 4)
+        keys.append(k)
+        values.append(v)
+        got_k, got_v = layer.update(k, v)
+        assert torch.equal(got_k, torch.cat(keys, dim=2)) and torch.equal(got_v, torch.cat(values, dim=2))
+    assert layer.get_seq_length() == 603
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    assert torch.equal(layer.keys, torch.cat(keys, dim=2)[[2, 0]])
+    layer.batch_repeat_interleave(2)
+    assert torch.equal(layer.values, torch.cat(values, dim=2)[[2, 2, 0, 0]])
+    k = torch.randn(4, 2, 1, 4)
+    assert torch.equal(layer.update(k, k)[0][:, :, -1:], k) and layer.get_seq_length() == 604

@@ -52,17 +52,34 @@ def test_demonstrations_are_valid_calls_in_the_rollout_token_format():
     tokenizer = build_tiny_tokenizer()
     chat = ChatTokens(tokenizer)
     examples = collect_demonstrations(config, chat, episodes=2, seed=0)
-    assert len(examples) == 2 * config.env.episode_decisions  # one turn per decision
+    assert len(examples) == 2  # one example per episode: the system prompt is paid for once
     (env,) = make_envs(config, 1)
+    turns = 0
     for example in examples:
         ids, mask = example["input_ids"], example["completion_mask"]
-        assert len(ids) == len(mask) and mask[0] == 0
-        turn = tokenizer.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=False)
-        assert turn.endswith("<|im_end|>")
-        parsed = parse_tool_call(turn.removesuffix("<|im_end|>"), env.registry.parameters)
-        assert not hasattr(parsed, "message"), parsed
-        prompt = tokenizer.decode(ids[: mask.index(1)], skip_special_tokens=False)
-        assert prompt.endswith("<|im_start|>assistant\n")
+        assert len(ids) == len(mask) and mask[0] == 0 and mask[-1] == 0
+        runs = [(start, end) for start, end in _runs_of_ones(mask)]
+        turns += len(runs)
+        for start, end in runs:
+            turn = tokenizer.decode(ids[start:end], skip_special_tokens=False)
+            assert turn.endswith("<|im_end|>")
+            parsed = parse_tool_call(turn.removesuffix("<|im_end|>"), env.registry.parameters)
+            assert not hasattr(parsed, "message"), parsed
+            before = tokenizer.decode(ids[:start], skip_special_tokens=False)
+            assert before.endswith("<|im_start|>assistant\n")  # each turn follows a generation prompt
+        observations = tokenizer.decode(ids[runs[0][1] : runs[1][0]], skip_special_tokens=False)
+        assert "Decision 2/" in observations  # the next observation sits between turns, as mask 0
+    assert turns == 2 * config.env.episode_decisions  # one turn per decision
+
+
+def _runs_of_ones(mask: list[int]):
+    start = None
+    for i, bit in enumerate([*mask, 0]):
+        if bit and start is None:
+            start = i
+        elif not bit and start is not None:
+            yield start, i
+            start = None
 
 
 def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path):
@@ -71,6 +88,6 @@ def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path):
     assert code == 0
     model_dir = tmp_path / "smoke-warmstart" / "model"
     log = json.loads((tmp_path / "smoke-warmstart" / "warmstart.json").read_text())
-    assert log["examples"] == 2 and log["log"]
+    assert log["examples"] == 1 and log["log"]  # one two-decision episode
     models = load_agent_models(ModelConfig(name_or_path=str(model_dir), lora={"enabled": False}), seed=0)
     assert models.tokenizer.chat_template

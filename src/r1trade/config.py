@@ -235,10 +235,14 @@ class WarmstartConfig(Section):
     """Supervised fine-tuning on rule demonstrations before RL (`r1trade warmstart`)."""
 
     episodes: int = Field(16, ge=1, description="demonstration episodes played on the train split")
-    max_steps: int = Field(40, ge=1, description="optimiser steps")
+    episode_decisions: int | None = Field(
+        2, ge=1, description="decisions per demonstration episode (None: env.episode_decisions); each episode is one"
+        " example, so shorter episodes mean shorter examples and faster steps"
+    )
+    max_steps: int = Field(10, ge=1, description="optimiser steps")
     batch_size: int = Field(2, ge=1)
     gradient_accumulation: int = Field(2, ge=1)
-    learning_rate: float = Field(2e-4, gt=0)
+    learning_rate: float = Field(1e-3, gt=0)
 
 
 class BacktestConfig(Section):

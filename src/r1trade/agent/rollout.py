@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import Cache, DynamicLayer
 
 STOP_TEXT = "</tool_call>"
 
@@ -150,11 +151,80 @@ class SamplingConfig:
     greedy: bool = False
 
 
+class _GrowingLayer(DynamicLayer):
+    """A cache layer whose keys and values live in a buffer with spare room along the sequence axis.
+
+    `DynamicLayer` appends by `torch.cat`, copying the whole cache at every decoding step (the copy grows with the
+    context); here a step writes one column in place and the buffer doubles only when full. `keys`/`values` are
+    views of the filled part, so attention sees exactly what `DynamicLayer` would give it.
+    """
+
+    MIN_CAPACITY = 256
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._key_buffer = self._value_buffer = None
+        self._length = 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self._length + key_states.shape[-2]
+        if self._key_buffer is None or end > self._key_buffer.shape[-2]:
+            self._grow(key_states, value_states, end)
+        self._key_buffer[..., self._length : end, :] = key_states
+        self._value_buffer[..., self._length : end, :] = value_states
+        self._set_length(end)
+        return self.keys, self.values
+
+    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
+        old = 0 if self._key_buffer is None else self._key_buffer.shape[-2]
+        capacity = max(needed, 2 * old, self.MIN_CAPACITY)
+        buffers = []
+        for states, buffer in ((key_states, self._key_buffer), (value_states, self._value_buffer)):
+            batch, heads, _, dim = states.shape
+            grown = states.new_zeros(batch, heads, capacity, dim)
+            if buffer is not None:
+                grown[..., : self._length, :] = buffer[..., : self._length, :]
+            buffers.append(grown)
+        self._key_buffer, self._value_buffer = buffers
+
+    def _set_length(self, length: int) -> None:
+        self._length = length
+        self.keys = self._key_buffer[..., :length, :]
+        self.values = self._value_buffer[..., :length, :]
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes the negative number of tokens to remove")
+        if tokens_to_remove and self.is_initialized:
+            self._set_length(max(0, self._length + tokens_to_remove))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.get_seq_length() > 0:
+            self._key_buffer = self._key_buffer.repeat_interleave(repeats, dim=0)
+            self._value_buffer = self._value_buffer.repeat_interleave(repeats, dim=0)
+            self._set_length(self._length)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.get_seq_length() > 0:
+            self._key_buffer = self._key_buffer[indices, ...]
+            self._value_buffer = self._value_buffer[indices, ...]
+            self._set_length(self._length)
+
+
+class _GrowingCache(Cache):
+    """A per-layer KV cache made of `_GrowingLayer`s (created lazily, one per decoder layer)."""
+
+    def __init__(self) -> None:
+        super().__init__(layer_class_to_replicate=_GrowingLayer)
+
+
 class _BatchCache:
     """A KV cache shared by the active rows, with a 0/1 attention column per cached token and per-row positions."""
 
     def __init__(self, rows: int, device: torch.device) -> None:
-        self.kv = DynamicCache()
+        self.kv = _GrowingCache()
         self.attention = torch.zeros(rows, 0, dtype=torch.long, device=device)  # (R, L)
         self.next_position = torch.zeros(rows, dtype=torch.long, device=device)  # (R,)
 
@@ -268,6 +338,7 @@ class RolloutEngine:
             position_ids=positions,
             past_key_values=cache.kv,
             use_cache=True,
+            logits_to_keep=1,  # only the last column's logits are used; skip the vocabulary projection elsewhere
         )
         cache.next_position = cache.next_position + new_attention.sum(dim=1)
         return out.logits[:, -1, :].float()

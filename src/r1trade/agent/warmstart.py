@@ -54,29 +54,36 @@ def _simple(name: str) -> dict:
 
 
 def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, seed: int) -> list[dict]:
-    """Play the rule through `episodes` train-split episodes; one tokenized example per turn.
+    """Play the rule through `episodes` train-split episodes; one tokenized example per conversation.
 
-    Each example has `input_ids` (context + turn + end-of-turn) and `completion_mask` (1 on the turn's tokens and
-    its end-of-turn token).
+    An example is laid out exactly as the rollout engine lays out a trajectory segment: the first context, then
+    per decision the rule's turn and its end-of-turn token (`completion_mask` 1), the template's closing and the
+    next observation (mask 0). The system prompt is paid for once per episode rather than once per turn. A
+    context reset starts a new example, as it starts a new segment in a rollout.
     """
     examples = []
     rng = np.random.default_rng(seed)
     for env in make_envs(config, episodes, "train"):
         messages, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
-        done = False
-        while not done:
+        ids = chat.context(messages)
+        mask = [0] * len(ids)
+        while True:
             text = demonstration_turn(env)
-            prompt = chat.context(messages)
             turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
             end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
-            examples.append({
-                "input_ids": prompt + turn + [end] + rest,
-                "completion_mask": [0] * len(prompt) + [1] * (len(turn) + 1) + [0] * len(rest),
-            })
-            new, _, terminated, truncated, info = env.step(text)
-            done = terminated or truncated
-            assistant = {"role": "assistant", "content": text}
-            messages = new if info.get("context_reset") else [*messages, assistant, *new]
+            ids += [*turn, end, *rest]
+            mask += [1] * (len(turn) + 1) + [0] * len(rest)
+            messages, _, terminated, truncated, info = env.step(text)
+            if terminated or truncated or info.get("context_reset"):
+                examples.append({"input_ids": ids, "completion_mask": mask})
+                if terminated or truncated:
+                    break
+                ids = chat.context(messages)
+                mask = [0] * len(ids)
+                continue
+            following = chat.continuation(messages)
+            ids += following
+            mask += [0] * len(following)
     return examples
 
 
@@ -91,7 +98,11 @@ def warmstart(config: Config, run_dir: Path) -> Path:
     settings = config.warmstart
     model, tokenizer = load_base_model(config.model)
     chat = ChatTokens(tokenizer)
-    examples = collect_demonstrations(config, chat, episodes=settings.episodes, seed=config.seed)
+    played = config
+    if settings.episode_decisions is not None:
+        env = config.env.model_copy(update={"episode_decisions": settings.episode_decisions})
+        played = config.model_copy(update={"env": env})
+    examples = collect_demonstrations(played, chat, episodes=settings.episodes, seed=config.seed)
     lora = config.model.lora
     peft_config = (
         PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
