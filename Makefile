@@ -29,11 +29,11 @@ DEMO_SET  := --set name=demo --set output_dir=runs --set env.episode_decisions=2
 demo: install
 	$(R1) data-info data/sample/btc_usd_1h.parquet
 	rm -rf $(DEMO) $(DEMO)-warmstart reports/demo-test
-	$(R1) warmstart --config btc_momentum $(DEMO_SET) --set warmstart.episodes=4 --set warmstart.max_steps=6
+	$(R1) warmstart --config btc_momentum $(DEMO_SET)
 	$(R1) train --config btc_momentum $(DEMO_SET) --set model.name_or_path=$(DEMO)-warmstart/model \
 	    --set train.updates=1 --set rollout.num_envs=2 --set train.epochs=1
 	$(R1) plot-run $(DEMO)
-	$(R1) backtest --checkpoint $(DEMO)/checkpoints/step-1 --baseline base-model \
+	$(R1) backtest --checkpoint $(DEMO)/checkpoints/step-1 --baseline base-model --model smollm2-135m-instruct \
 	    --set backtest.max_decisions=8 --set backtest.agent_windows=2 --out reports/demo-test
 
 bench: install

@@ -221,12 +221,13 @@ def test_checkpoint_and_base_model_beside_the_baselines(capsys, checkpoint: Path
     out = tmp_path / "report"
     code, stdout, err = run_cli(
         capsys, "backtest", "--checkpoint", str(checkpoint), "--set", "backtest.max_decisions=8",
-        "--set", "backtest.agent_windows=2", "--baseline", "base-model", "--out", str(out),
+        "--set", "backtest.agent_windows=2", "--baseline", "base-model", "--model", "tiny-random",
+        "--out", str(out),
     )
     assert code == 0, err
     document = json.loads((out / "metrics.json").read_text())
     agent = "agent (step-1)"
-    assert list(document["strategies"]) == [agent, "base model", *STRATEGIES]
+    assert list(document["strategies"]) == [agent, "base model", "model tiny-random", *STRATEGIES]
     rows = document["strategies"][agent]
     assert rows["# Decisions"] == 8 and 0 <= rows["Valid Tool Calls [%]"] <= 100
     mix = [rows[f"Action Mix: {kind} [%]"] for kind in ("Long", "Short", "Close", "Hold", "Forced Hold")]
@@ -236,7 +237,10 @@ def test_checkpoint_and_base_model_beside_the_baselines(capsys, checkpoint: Path
     assert document["period"]["bars"] == 8 * 4 + 1 and document["evaluated_bars"]["first"] == 60
     assert {table["Start"] for table in document["strategies"].values()} == {document["period"]["start"]}
     assert "max_decisions" in document["notes"][agent] and "window" in document["notes"][agent]
-    assert document["notes"]["base model"] == f"untrained tiny-random; same protocol and windows as {agent}"
+    assert document["notes"]["base model"] == f"RL started from: tiny-random; same protocol and windows as {agent}"
+    assert document["notes"]["model tiny-random"] == f"no RL: tiny-random; same protocol and windows as {agent}"
+    # the same untrained weights, so the same decisions
+    assert document["strategies"]["model tiny-random"] == document["strategies"]["base model"]
     trades = pd.read_csv(out / "trades.csv")
     assert "reasoning" in trades.columns
     agent_trades = trades[trades["strategy"] == agent]
@@ -255,7 +259,7 @@ def test_base_model_without_a_checkpoint(capsys, tmp_path: Path) -> None:
     document = json.loads((out / "metrics.json").read_text())
     assert list(document["strategies"]) == ["base model", "buy_and_hold"]
     assert document["strategies"]["base model"]["# Decisions"] == 2
-    assert document["notes"]["base model"].startswith("untrained tiny-random; greedy decoding")
+    assert document["notes"]["base model"].startswith("untrained: tiny-random; greedy decoding")
 
 
 def drop_critic(path: Path) -> None:

@@ -50,3 +50,18 @@ def test_plot_run_draws_png_files(capsys, tmp_path: Path):
     for name in ("learning_curves.png", "reward_components.png"):
         assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot-run", str(tmp_path / "nothing")]) == 2
+
+
+def test_compare_runs_overlays_several_runs(capsys, tmp_path: Path):
+    for name, slope in (("full-masks", 0.2), ("no-masks", -0.1)):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        rows = [{"update": u, "episode_return": slope * u, "valid_call_rate": 0.5} for u in (1, 2, 3)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "cmp" / "masks.png"
+    args = ["compare-runs", str(tmp_path / "full-masks"), str(tmp_path / "no-masks"), "--out", str(out)]
+    assert main([*args, "--metric", "episode_return", "--metric", "valid_call_rate"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert main(["compare-runs", str(tmp_path / "full-masks"), "--out", str(out)]) == 2
+    assert "at least two" in capsys.readouterr().err

@@ -279,6 +279,21 @@ def plot_run(
         console.print(f"wrote {path}")
 
 
+@app.command("compare-runs")
+def compare_runs(
+    run_dirs: Annotated[list[Path], typer.Argument(help="two or more run directories written by `r1trade train`")],
+    out: Annotated[Path, typer.Option(help="the PNG to write")] = Path("reports/compare-runs.png"),
+    metric: Annotated[
+        list[str] | None, typer.Option(help="a metrics.jsonl key to draw (repeatable; default: return, valid"
+                                            " calls, PnL, entropy)")
+    ] = None,
+) -> None:
+    """Overlay several runs' learning curves (ablations, algorithm comparisons) in one PNG."""
+    from r1trade.rl.plots import plot_comparison
+
+    console.print(f"wrote {plot_comparison(run_dirs, out, metric)}")
+
+
 @app.command()
 def backtest(
     config: Annotated[
@@ -299,8 +314,16 @@ def backtest(
         list[str] | None,
         typer.Option(
             "--baseline",
-            help="base-model: also run the untrained base model (the checkpoint's, else the config's) the "
-            "agent's way",
+            help="base-model: also run the model before RL (the one the checkpoint started from, else the "
+            "config's) the agent's way",
+        ),
+    ] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            help="also run this model (a name such as smollm2-135m-instruct, or a model directory) the agent's "
+            "way, e.g. the untrained model a warm start began from; repeatable",
         ),
     ] = None,
     split: Annotated[
@@ -328,7 +351,8 @@ def backtest(
     overrides = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
     resolved = _config(config, [*(set_ or []), *overrides])
     outcome = run_backtest(
-        resolved, strategy=strategy, checkpoint=checkpoint, base_model=bool(baseline), out_dir=out
+        resolved, strategy=strategy, checkpoint=checkpoint, base_model=bool(baseline), models=model or (),
+        out_dir=out,
     )
     index, env = outcome.context.candles.index, resolved.env
     title = (

@@ -16,6 +16,7 @@ that indicators have their history.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,31 +54,38 @@ def run_backtest(
     strategy: str | None = None,
     checkpoint: Path | None = None,
     base_model: bool = False,
+    models: Sequence[str] = (),
     out_dir: Path | None = None,
 ) -> BacktestOutcome:
-    """Run `strategy` alone, or every baseline in `backtest.strategies`, beside the agent of `checkpoint` and
-    (`base_model`) the untrained model: the checkpoint's base model, else `config.model`.
+    """Run `strategy` alone, or every baseline in `backtest.strategies`, beside the agent of `checkpoint`,
+    (`base_model`) the model before RL: the checkpoint's base model, else `config.model`, and any other `models`
+    (names or directories, e.g. the untrained model a warm start began from), all played the agent's way.
 
     The split is `backtest.split` of the candles at `data.path`; the report goes to `out_dir`, by default
     `<backtest.report_dir>/<name>-<split>` (plus `-<strategy>` when a single baseline runs).
     """
     names = [strategy] if strategy else list(dict.fromkeys(config.backtest.strategies))
     check_strategy_names(names, params=config.backtest.params)
-    if not names and checkpoint is None and not base_model:
+    if not names and checkpoint is None and not base_model and not models:
         raise ConfigError(
             "nothing to backtest: backtest.strategies is empty and neither --checkpoint nor --baseline "
             "base-model was given"
         )
     context = load_context(config)
     runs: list[StrategyRun] = []
-    if checkpoint is not None or base_model:
+    if checkpoint is not None or base_model or models:
         plan = plan_windows(config, len(context.split_candles))
         context = replace(context, first_bar=plan.first_bar, last_bar=plan.last_bar)
         if checkpoint is not None:
             runs.append(run_agent(checkpoint, context))
+        model = load_config(checkpoint / "config.yaml").model if checkpoint is not None else config.model
         if base_model:
-            model = load_config(checkpoint / "config.yaml").model if checkpoint is not None else config.model
-            runs.append(run_base_model(model, context, beside=runs[0].name if runs else None))
+            before_rl = "RL started from" if checkpoint is not None else "untrained"
+            runs.append(run_base_model(model, context, beside=runs[0].name if runs else None, what=before_rl))
+        for name in models:
+            other = model.model_copy(update={"name_or_path": name})
+            runs.append(run_base_model(other, context, beside=runs[0].name if runs else None,
+                                       label=f"model {name}", what="no RL"))
     runs += [run_baseline(name, context) for name in names]
     out_dir = out_dir or default_report_dir(config, strategy)
     files = write_report(runs, context, out_dir)
@@ -146,16 +154,24 @@ def run_agent(checkpoint: Path, context: ReportContext) -> StrategyRun:
     return run_model(f"agent ({checkpoint.name})", models, context, note=note)
 
 
-def run_base_model(model: ModelConfig, context: ReportContext, *, beside: str | None = None) -> StrategyRun:
-    """The untrained `model` as "base model", by the agent's protocol, so the effect of training shows.
+def run_base_model(
+    model: ModelConfig,
+    context: ReportContext,
+    *,
+    beside: str | None = None,
+    label: str = "base model",
+    what: str = "untrained",
+) -> StrategyRun:
+    """`model` without RL (as `label`, default "base model"), by the agent's protocol, so the effect of training
+    shows. `what` says what it is in the note ("untrained", "RL started from").
 
-    `beside`: the agent run it is compared with (its note describes the protocol, this one refers to it).
+    `beside`: the run it is compared with (its note describes the protocol, this one refers to it).
     """
     from r1trade.agent.model import load_agent_models
 
     models = load_agent_models(model, seed=context.config.seed)
     protocol = f"same protocol and windows as {beside}" if beside else protocol_note(_plan(context), context)
-    return run_model("base model", models, context, note=f"untrained {model.name_or_path}; {protocol}")
+    return run_model(label, models, context, note=f"{what}: {model.name_or_path}; {protocol}")
 
 
 def protocol_note(plan: WindowPlan, context: ReportContext) -> str:

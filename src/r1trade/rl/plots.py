@@ -69,3 +69,33 @@ def plot_learning_curves(run_dir: Path, out_dir: Path | None = None) -> list[Pat
     fig.savefig(components, dpi=110)
     plt.close(fig)
     return [curves, components]
+
+
+COMPARE_KEYS = ["episode_return", "valid_call_rate", "episode_pnl_pct", "entropy"]
+
+
+def plot_comparison(run_dirs: list[Path], out: Path, keys: list[str] | None = None) -> Path:
+    """Overlay several runs' curves (one panel per metric, one line per run, labelled by directory name)."""
+    if len(run_dirs) < 2:
+        raise UsageError("compare at least two run directories")
+    keys = keys or COMPARE_KEYS
+    runs = {run_dir.name: read_metrics(run_dir) for run_dir in run_dirs}
+    columns = 2
+    rows_of_panels = -(-len(keys) // columns)
+    fig, axes = plt.subplots(rows_of_panels, columns, figsize=(11, 3.6 * rows_of_panels), sharex=True, squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        for name, rows in runs.items():
+            ax.plot([row["update"] for row in rows], [row.get(key, float("nan")) for row in rows],
+                    marker=".", label=name)
+        ax.set_title(key, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("update")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
