@@ -17,7 +17,7 @@ from r1trade.backtest.report import (
     ReportContext,
     StrategyRun,
     best_strategies,
-    comparison_table,
+    comparison_tables,
     format_value,
     trades_frame,
     write_report,
@@ -144,10 +144,26 @@ def test_format_value() -> None:
 def test_comparison_table_keeps_bracketed_units(context: ReportContext) -> None:
     console = Console(record=True, width=200)
     runs = [run_baseline("buy_and_hold", context), run_baseline("sma_crossover", context)]
-    console.print(comparison_table(runs, title="t"))
+    (table,) = comparison_tables(runs, title="t")
+    console.print(table)
     text = console.export_text()
     assert "Max. Drawdown Duration [bars]" in text and "Duration [days]" in text
     assert "buy_and_hold" in text and "sma_crossover" in text
+
+
+def test_comparison_tables_split_whole_columns_to_fit_a_narrow_terminal(context: ReportContext) -> None:
+    runs = [run_baseline(name, context) for name in ("buy_and_hold", "sma_crossover", "rsi_mean_reversion", "random")]
+    console = Console(record=True, width=80)
+    tables = comparison_tables(runs, title="t", width=80)
+    assert len(tables) > 1
+    for table in tables:
+        console.print(table)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    start = f"{context.candles.index[0]:%Y-%m-%d %H:%M}"
+    assert sum(line.count(start) for line in lines) == len(runs)  # no timestamp folded over two lines
+    for name in ("buy_and_hold", "sma_crossover", "rsi_mean_reversion", "random"):
+        assert sum(name in line for line in lines) == 1
 
 
 def test_trades_frame_with_no_trades_keeps_the_columns() -> None:

@@ -335,7 +335,7 @@ def backtest(
     ] = None,
 ) -> None:
     """Backtest baselines (and a checkpoint) on held-out data: metrics, trades, equity, a chart, HTML."""
-    from r1trade.backtest.report import comparison_table
+    from r1trade.backtest.report import comparison_tables
     from r1trade.backtest.runner import run_backtest
 
     unknown = [name for name in baseline or [] if name != BASE_MODEL]
@@ -359,7 +359,8 @@ def backtest(
         f"{resolved.name} · {outcome.context.split} split · {index[0]:%Y-%m-%d} → {index[-1]:%Y-%m-%d} · "
         f"fee {env.fee_bps:g} bps, slippage {env.slippage_bps:g} bps"
     )
-    console.print(comparison_table(outcome.runs, title=title))
+    for table in comparison_tables(outcome.runs, title=title, width=console.width):
+        console.print(table)
     for run in outcome.runs:
         if run.note:
             console.print(f"{run.name}: {run.note}", markup=False, highlight=False)

@@ -126,6 +126,7 @@ def warmstart(config: Config, run_dir: Path) -> Path:
         disable_tqdm=True,
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
         dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
         activation_checkpointing=config.model.gradient_checkpointing,  # TRL turns it on by default; memory is ample
     )
     trainer = SFTTrainer(

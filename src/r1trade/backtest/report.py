@@ -3,7 +3,7 @@
 `write_report` writes, into one directory: `metrics.json` (every strategy's metrics, the splits, the costs),
 `trades.csv` (all round trips, a `strategy` column first), `equity.csv` (one column per strategy),
 `equity.png` (equity curves and a drawdown panel), `report.html` (self-contained: inline CSS, the PNG embedded
-as base64, no scripts) and the resolved `config.yaml`. `comparison_table` is the same metrics as a Rich table.
+as base64, no scripts) and the resolved `config.yaml`. `comparison_tables` is the same metrics as Rich tables.
 
 JSON has no NaN or infinity, so metrics.json writes NaN as null and ±infinity as the strings "inf" / "-inf"
 (a profit factor without a losing trade is infinite).
@@ -224,20 +224,45 @@ def format_value(row: str, value: Any) -> str:
     return f"{number:,.2f}"
 
 
-def comparison_table(runs: list[StrategyRun], *, title: str) -> Table:
-    """Metrics × strategies as a Rich table, the best value of each comparable row in bold green."""
+def comparison_tables(runs: list[StrategyRun], *, title: str, width: int | None = None) -> list[Table]:
+    """Metrics × strategies as Rich tables, the best value of each comparable row in bold green.
+
+    With a `width`, the strategies are split over several tables of whole columns so that each fits it
+    (a terminal of 80 columns would otherwise squeeze every number onto several lines); the first keeps the title.
+    """
     best = best_strategies(runs)
-    table = Table(title=title, title_justify="left")
-    table.add_column("Metric", style="bold", no_wrap=True)
+    rows = row_names(runs)
+    texts = {run.name: [escape(format_value(row, run.rows.get(row))) for row in rows] for run in runs}
+
+    def column_width(run: StrategyRun) -> int:
+        longest_word = max((len(word) for word in run.name.split()), default=1)
+        return max(longest_word, *(len(text) for text in texts[run.name]))
+
+    metric_width = max(len(row) for row in rows)
+    groups: list[list[StrategyRun]] = [[]]
+    used = 1 + metric_width + 3  # left border, then each column: its text, two padding spaces and a border
     for run in runs:
-        table.add_column(escape(run.name), justify="right", overflow="fold")
-    for row in row_names(runs):
-        cells = []
-        for run in runs:
-            text = escape(format_value(row, run.rows.get(row)))
-            cells.append(f"[bold green]{text}[/bold green]" if run.name in best.get(row, ()) else text)
-        table.add_row(escape(row), *cells)
-    return table
+        need = column_width(run) + 3
+        if width is not None and groups[-1] and used + need > width:
+            groups.append([])
+            used = 1 + metric_width + 3
+        groups[-1].append(run)
+        used += need
+
+    tables = []
+    for number, group in enumerate(groups):
+        table = Table(title=title if number == 0 else None, title_justify="left")
+        table.add_column("Metric", style="bold", no_wrap=True)
+        for run in group:
+            table.add_column(escape(run.name), justify="right", min_width=column_width(run))
+        for i, row in enumerate(rows):
+            cells = []
+            for run in group:
+                text = texts[run.name][i]
+                cells.append(f"[bold green]{text}[/bold green]" if run.name in best.get(row, ()) else text)
+            table.add_row(escape(row), *cells)
+        tables.append(table)
+    return tables
 
 
 def _is_number(value: Any) -> bool:
