@@ -13,7 +13,9 @@ from r1trade.config import load_config
 from r1trade.data.splits import make_splits
 from r1trade.data.store import load_clean_candles, save_candles
 
-REPORT_FILES = ("metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "config.yaml")
+REPORT_FILES = (
+    "metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "metrics.md", "config.yaml",
+)
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:

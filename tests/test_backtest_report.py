@@ -18,6 +18,7 @@ from r1trade.backtest.report import (
     StrategyRun,
     best_strategies,
     comparison_tables,
+    markdown_table,
     format_value,
     trades_frame,
     write_report,
@@ -53,7 +54,7 @@ def test_report_files_are_well_formed(context: ReportContext, tmp_path: Path) ->
     assert len(runs[0].trades) >= 2
     files = write_report(runs, context, tmp_path / "out")
     assert sorted(f.name for f in files) == sorted(
-        ["metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "config.yaml"]
+        ["metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "metrics.md", "config.yaml"]
     )
     assert all(f.is_file() and f.stat().st_size > 0 for f in files)
 
@@ -164,6 +165,21 @@ def test_comparison_tables_split_whole_columns_to_fit_a_narrow_terminal(context:
     assert sum(line.count(start) for line in lines) == len(runs)  # no timestamp folded over two lines
     for name in ("buy_and_hold", "sma_crossover", "rsi_mean_reversion", "random"):
         assert sum(name in line for line in lines) == 1
+
+
+def test_markdown_table_has_a_row_per_metric_and_bolds_the_best() -> None:
+    index = pd.date_range("2024-01-01", periods=2, freq="1h", tz="UTC")
+    flat = pd.Series(1.0, index=index)
+    runs = [
+        StrategyRun(name="a|b", equity=flat, trades=pd.DataFrame(), metrics={"Return [%]": 1.5, "# Trades": 2}),
+        StrategyRun(name="c", equity=flat, trades=pd.DataFrame(), metrics={"Return [%]": -0.25, "# Trades": 4}),
+    ]
+    assert markdown_table(runs).splitlines() == [
+        "| Metric | a\\|b | c |",
+        "|---|---:|---:|",
+        "| Return [%] | **1.50** | -0.25 |",
+        "| # Trades | 2 | 4 |",
+    ]
 
 
 def test_trades_frame_with_no_trades_keeps_the_columns() -> None:

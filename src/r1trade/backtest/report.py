@@ -3,7 +3,7 @@
 `write_report` writes, into one directory: `metrics.json` (every strategy's metrics, the splits, the costs),
 `trades.csv` (all round trips, a `strategy` column first), `equity.csv` (one column per strategy),
 `equity.png` (equity curves and a drawdown panel), `report.html` (self-contained: inline CSS, the PNG embedded
-as base64, no scripts) and the resolved `config.yaml`. `comparison_tables` is the same metrics as Rich tables.
+as base64, no scripts), `metrics.md` (the metrics as a Markdown table) and the resolved `config.yaml`. `comparison_tables` is the same metrics as Rich tables.
 
 JSON has no NaN or infinity, so metrics.json writes NaN as null and ±infinity as the strings "inf" / "-inf"
 (a profit factor without a losing trade is infinite).
@@ -137,7 +137,9 @@ def write_report(runs: list[StrategyRun], context: ReportContext, out_dir: Path)
     png_path.write_bytes(png)
     html_path = out_dir / "report.html"
     html_path.write_text(render_html(runs, context, png), encoding="utf-8")
-    return [metrics_path, trades_path, equity_path, png_path, html_path, context.config.save(out_dir)]
+    markdown_path = out_dir / "metrics.md"
+    markdown_path.write_text(markdown_table(runs), encoding="utf-8")
+    return [metrics_path, trades_path, equity_path, png_path, html_path, markdown_path, context.config.save(out_dir)]
 
 
 # --------------------------------------------------------------------------- tables and JSON
@@ -263,6 +265,26 @@ def comparison_tables(runs: list[StrategyRun], *, title: str, width: int | None 
             table.add_row(escape(row), *cells)
         tables.append(table)
     return tables
+
+
+def markdown_table(runs: list[StrategyRun]) -> str:
+    """Metrics × strategies as a GitHub-flavoured Markdown table (for pasting into docs), best values in bold."""
+    best = best_strategies(runs)
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = [
+        "| Metric | " + " | ".join(cell(run.name) for run in runs) + " |",
+        "|---|" + "---:|" * len(runs),
+    ]
+    for row in row_names(runs):
+        cells = []
+        for run in runs:
+            text = cell(format_value(row, run.rows.get(row)))
+            cells.append(f"**{text}**" if run.name in best.get(row, ()) else text)
+        lines.append(f"| {cell(row)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _is_number(value: Any) -> bool:
