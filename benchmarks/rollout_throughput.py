@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=4, help="of those, episodes played one by one in (a)")
     parser.add_argument("--decisions", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--modes", default="ab", help="which of (a) and (b) to run, e.g. b to re-measure (b) alone")
     args = parser.parse_args()
     config = load_config(args.config, [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false"])
     models = load_agent_models(config.model, seed=0)
@@ -44,14 +45,19 @@ def main() -> None:
     slow = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=False)
     fast = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=True)
     measure(fast, config, seeds[:1], 1)  # warm-up
-    a_tokens, a_seconds = measure(slow, config, seeds[: args.sequential], 1)
-    b_tokens, b_seconds = measure(fast, config, seeds, args.envs)
-    a_rate, b_rate = a_tokens / a_seconds, b_tokens / b_seconds
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"python {platform.python_version()}, torch {torch.__version__}")
-    print(f"(a) 1 env, no cache reuse : {a_tokens:6d} tokens in {a_seconds:7.1f} s = {a_rate:7.1f} tok/s")
-    print(f"(b) {args.envs} envs, cache reuse : {b_tokens:6d} tokens in {b_seconds:7.1f} s = {b_rate:7.1f} tok/s")
-    print(f"ratio (b)/(a): {b_rate / a_rate:.1f}x")
+          f"python {platform.python_version()}, torch {torch.__version__}", flush=True)
+    rates = {}
+    if "a" in args.modes:
+        tokens, seconds = measure(slow, config, seeds[: args.sequential], 1)
+        rates["a"] = tokens / seconds
+        print(f"(a) 1 env, no cache reuse : {tokens:6d} tokens in {seconds:7.1f} s = {rates['a']:7.1f} tok/s", flush=True)
+    if "b" in args.modes:
+        tokens, seconds = measure(fast, config, seeds, args.envs)
+        rates["b"] = tokens / seconds
+        print(f"(b) {args.envs} envs, cache reuse : {tokens:6d} tokens in {seconds:7.1f} s = {rates['b']:7.1f} tok/s")
+    if len(rates) == 2:
+        print(f"ratio (b)/(a): {rates['b'] / rates['a']:.1f}x")
 
 
 if __name__ == "__main__":

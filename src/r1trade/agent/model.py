@@ -47,6 +47,7 @@ from transformers import (
 )
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
+from r1trade.agent.attention import use_decoding_attention
 from r1trade.agent.critic import Critic, backbone_hidden, causal_lm
 from r1trade.agent.tokenizer import PAD_TOKEN, build_tiny_tokenizer
 from r1trade.config import ModelConfig
@@ -104,7 +105,15 @@ def load_agent_models(model_config: ModelConfig, *, seed: int) -> AgentModels:
 
 
 def load_base_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The pretrained causal LM named by `model_config.name_or_path` (no adapter) and its tokenizer."""
+    """The pretrained causal LM named by `model_config.name_or_path` (no adapter) and its tokenizer.
+
+    Models that use SDPA attention switch to `grouped_query_attention` for decoding steps (same results, faster).
+    """
+    model, tokenizer = _load_named_model(model_config)
+    return use_decoding_attention(model), tokenizer
+
+
+def _load_named_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     name = model_config.name_or_path
     dtype = _DTYPES[model_config.dtype]
     if name == TINY_RANDOM:

@@ -7,8 +7,10 @@ adds itself (a closing end-of-turn after `</tool_call>` or a truncated turn) is 
 All active environments are decoded as one batch that shares one KV cache. Rows of the cache are never
 recomputed: a new observation is prefilled on top of the cache, rows are left-padded per chunk (the padding is
 masked out), positions are tracked per row, and a finished environment's row is dropped from the cache. When the
-environment starts a fresh context (bounded history, `info["context_reset"]`), the row's old cache columns are
-masked and a new token *segment* begins with positions counted from zero.
+environment starts a fresh context (bounded history, `info["context_reset"]`), a new token *segment* begins with
+positions counted from zero: the row's old columns are dropped and the prefix every context shares (the system
+prompt, prefilled once per run) is copied in, so only the rest of the fresh context is prefilled. Columns no row
+attends to any more (old contexts, padding, steps of rows that had stopped) are squeezed out between turns.
 """
 
 from __future__ import annotations
@@ -194,6 +196,16 @@ class _GrowingLayer(DynamicLayer):
         self.keys = self._key_buffer[..., :length, :]
         self.values = self._value_buffer[..., :length, :]
 
+    def replace(self, keys: torch.Tensor, values: torch.Tensor, *, capacity: int) -> None:
+        """Make `keys`/`values` (B, H, L, D) the whole content, in a buffer with room for `capacity` columns."""
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+        self._key_buffer = self._value_buffer = None
+        self._grow(keys, values, max(capacity, keys.shape[-2]))
+        self._key_buffer[..., : keys.shape[-2], :] = keys
+        self._value_buffer[..., : values.shape[-2], :] = values
+        self._set_length(keys.shape[-2])
+
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
             raise ValueError("crop takes the negative number of tokens to remove")
@@ -220,18 +232,67 @@ class _GrowingCache(Cache):
         super().__init__(layer_class_to_replicate=_GrowingLayer)
 
 
+@dataclass
+class _Prefix:
+    """Keys and values of the token prefix every context of a run starts with (the system prompt), for one row."""
+
+    ids: list[int]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (1, H_kv, P, D)
+
+    def shared_length(self, ids: Sequence[int]) -> int:
+        """How many leading tokens of `ids` the prefix covers, leaving at least the last one to prefill."""
+        limit = min(len(self.ids), len(ids) - 1)
+        return next((i for i in range(limit) if self.ids[i] != ids[i]), max(limit, 0))
+
+
 class _BatchCache:
     """A KV cache shared by the active rows, with a 0/1 attention column per cached token and per-row positions."""
+
+    COMPACT_WHEN_DEAD = 0.25
+    """Squeeze the cache when this fraction of its columns is attended by no row (reading them costs every step)."""
 
     def __init__(self, rows: int, device: torch.device) -> None:
         self.kv = _GrowingCache()
         self.attention = torch.zeros(rows, 0, dtype=torch.long, device=device)  # (R, L)
         self.next_position = torch.zeros(rows, dtype=torch.long, device=device)  # (R,)
 
-    def restart_row(self, row: int) -> None:
-        """Hide everything cached for `row`; its next chunk starts a new segment at position 0."""
-        self.attention[row] = 0
-        self.next_position[row] = 0
+    def compact(self, restarts: dict[int, int], prefix: _Prefix | None) -> None:
+        """Keep only each row's live columns, right-aligned; a row in `restarts` drops all of its own and starts
+        a new segment from the first `restarts[row]` columns of `prefix` (0: from nothing, at position 0).
+
+        Positions are per row and the cached keys already carry their rotary positions, so moving columns changes
+        no result. Skipped when no row restarts and few columns are dead.
+        """
+        live = self.attention.bool()  # (R, L)
+        for row in restarts:
+            live[row] = False
+        counts = live.sum(dim=1)  # (R,)
+        for row, shared in restarts.items():
+            counts[row] = shared
+        rows, length = live.shape
+        width = int(counts.max()) if rows else 0
+        if not restarts and length and (length - width) < self.COMPACT_WHEN_DEAD * length:
+            return
+        # source column of each kept slot: row r's live columns land in its last counts[r] slots
+        slot = torch.arange(width, device=live.device)  # (W,)
+        first = width - counts  # (R,) first filled slot per row
+        rank = live.long().cumsum(dim=1) - 1  # (R, L) order of each live column within its row
+        source = torch.zeros(rows, width, dtype=torch.long, device=live.device)  # (R, W)
+        r_index, c_index = live.nonzero(as_tuple=True)
+        source[r_index, first[r_index] + rank[r_index, c_index]] = c_index
+        self.attention = (slot[None, :] >= first[:, None]).long()  # (R, W)
+        for index, layer in enumerate(self.kv.layers):
+            batch, heads, _, dim = layer.keys.shape
+            gather = source[:, None, :, None].expand(batch, heads, width, dim)
+            keys, values = layer.keys.gather(2, gather), layer.values.gather(2, gather)  # (R, H_kv, W, D)
+            for row, shared in restarts.items():
+                if shared:
+                    prefix_keys, prefix_values = prefix.layers[index]
+                    keys[row, :, width - shared :] = prefix_keys[0, :, :shared]
+                    values[row, :, width - shared :] = prefix_values[0, :, :shared]
+            layer.replace(keys, values, capacity=2 * width)
+        for row, shared in restarts.items():
+            self.next_position[row] = shared
 
     def keep_rows(self, rows: list[int]) -> None:
         index = torch.tensor(rows, dtype=torch.long, device=self.attention.device)
@@ -282,24 +343,27 @@ class RolloutEngine:
                 chunks.append(self.chat.context(messages))
                 trajectory.segments[0].extend(chunks[-1], sampled=False)
             active = list(range(len(envs)))  # trajectory index of each cache row
-            cache, chunks = self._shared_prefix_cache(chunks)
+            cache, prefix, chunks = self._shared_prefix_cache(chunks)
             while active:
                 logits = self._prefill(cache, chunks)
                 sampled, logprobs, stopped = self._decode(cache, logits, generator)
-                chunks, keep = [], []
+                chunks, keep, restarts = [], [], {}
                 for row, index in enumerate(active):
                     chunk = self._finish_turn(
                         trajectories[index], envs[index], sampled[row], logprobs[row], stopped[row]
                     )
                     if chunk is None:
                         continue
-                    if chunk.restart:
-                        cache.restart_row(row)
+                    ids = chunk.ids
+                    if chunk.restart:  # a fresh context: reuse the cached prefix it shares with every context
+                        restarts[len(keep)] = shared = prefix.shared_length(ids) if prefix else 0
+                        ids = ids[shared:]
                     keep.append(row)
-                    chunks.append(chunk.ids)
+                    chunks.append(ids)
                 active = [active[row] for row in keep]
                 if active and self.reuse_cache:
                     cache.keep_rows(keep)
+                    cache.compact(restarts, prefix)
                 elif active:
                     cache = _BatchCache(len(active), self.device)
                     chunks = [trajectories[index].segments[-1].token_ids for index in active]
@@ -309,23 +373,27 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------ model calls
 
-    def _shared_prefix_cache(self, chunks: list[list[int]]) -> tuple[_BatchCache, list[list[int]]]:
+    def _shared_prefix_cache(
+        self, chunks: list[list[int]]
+    ) -> tuple[_BatchCache, _Prefix | None, list[list[int]]]:
         """Prefill the prefix all first contexts share (the system prompt) once and copy its cache to every row.
 
-        Returns the cache and what is left of each chunk (at least its last token, which yields the row's logits).
+        Returns the cache, the prefix (kept for fresh contexts later in the run) and what is left of each chunk
+        (at least its last token, which yields the row's logits).
         """
         rows = len(chunks)
         cache = _BatchCache(rows, self.device)
         shortest = min(len(c) for c in chunks)
         shared = next((i for i in range(shortest - 1) if len({c[i] for c in chunks}) > 1), shortest - 1)
-        if not self.reuse_cache or rows == 1 or shared == 0:
-            return cache, chunks
+        if not self.reuse_cache or shared == 0:
+            return cache, None, chunks
         one = _BatchCache(1, self.device)
         self._prefill(one, [chunks[0][:shared]])
+        prefix = _Prefix(chunks[0][:shared], [(layer.keys.clone(), layer.values.clone()) for layer in one.kv.layers])
         one.kv.batch_repeat_interleave(rows)
         cache.kv, cache.attention = one.kv, one.attention.repeat(rows, 1)
         cache.next_position = one.next_position.repeat(rows)
-        return cache, [c[shared:] for c in chunks]
+        return cache, prefix, [c[shared:] for c in chunks]
 
     def _forward(self, cache: _BatchCache, ids: torch.Tensor, new_attention: torch.Tensor) -> torch.Tensor:
         """Run new columns `ids` (R, M) through the model on top of the cache; return last-column logits (R, V)."""

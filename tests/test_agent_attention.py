@@ -1,0 +1,66 @@
+"""The decoding attention gives SDPA's results without repeating key/value heads."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from r1trade.agent.attention import GROUPED_ATTENTION, grouped_query_attention, use_decoding_attention
+from r1trade.agent.model import build_tiny_model
+from r1trade.agent.tokenizer import build_tiny_tokenizer
+
+
+def _sdpa_reference(query, key, value, mask, scale):
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2)  # (B, Q, H, D)
+
+
+def test_one_decoding_step_equals_sdpa_with_repeated_heads() -> None:
+    torch.manual_seed(0)
+    module = torch.nn.Module()
+    query = torch.randn(4, 6, 1, 8)  # 6 query heads over 2 key/value heads
+    key, value = torch.randn(4, 2, 10, 8), torch.randn(4, 2, 10, 8)
+    mask = torch.ones(4, 1, 1, 10, dtype=torch.bool)
+    mask[0, ..., :3] = False  # left padding in row 0
+    mask[2, ..., 5] = False
+    with torch.no_grad():
+        out, _ = grouped_query_attention(module, query, key, value, mask, scaling=0.3)
+        unmasked, _ = grouped_query_attention(module, query, key, value, None, scaling=0.3)
+    torch.testing.assert_close(out, _sdpa_reference(query, key, value, mask, 0.3))
+    torch.testing.assert_close(unmasked, _sdpa_reference(query, key, value, None, 0.3))
+
+
+def test_a_step_with_nothing_to_attend_to_stays_finite() -> None:
+    query, key, value = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    with torch.no_grad():
+        out, _ = grouped_query_attention(torch.nn.Module(), query, key, value, torch.zeros(1, 1, 1, 5, dtype=bool))
+    assert torch.isfinite(out).all()
+
+
+def test_model_with_the_decoding_attention_matches_sdpa_in_prefill_decode_and_gradients() -> None:
+    tokenizer = build_tiny_tokenizer()
+    sdpa = build_tiny_model(tokenizer, seed=3)
+    grouped = use_decoding_attention(build_tiny_model(tokenizer, seed=3))
+    assert sdpa.config._attn_implementation == "sdpa"
+    assert grouped.config._attn_implementation == GROUPED_ATTENTION
+    ids = torch.randint(3, len(tokenizer), (3, 12))
+    attention = torch.ones(3, 12, dtype=torch.long)
+    attention[0, :4] = 0
+    with torch.no_grad():
+        full = sdpa(input_ids=ids, attention_mask=attention).logits[:, -1]
+        prefix = grouped(input_ids=ids[:, :11], attention_mask=attention[:, :11], use_cache=True)
+        step = grouped(input_ids=ids[:, 11:], attention_mask=attention, past_key_values=prefix.past_key_values)
+    torch.testing.assert_close(step.logits[:, -1], full, atol=1e-5, rtol=1e-5)
+    for model in (sdpa, grouped):
+        model(input_ids=ids, attention_mask=attention).logits.sum().backward()
+    for (name, a), (_, b) in zip(sdpa.named_parameters(), grouped.named_parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
+
+
+def test_models_with_other_attention_are_left_alone() -> None:
+    config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, attn_implementation="eager")
+    model = LlamaForCausalLM(config)
+    assert use_decoding_attention(model).config._attn_implementation == "eager"
