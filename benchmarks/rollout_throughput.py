@@ -51,7 +51,8 @@ def main() -> None:
     if "a" in args.modes:
         tokens, seconds = measure(slow, config, seeds[: args.sequential], 1)
         rates["a"] = tokens / seconds
-        print(f"(a) 1 env, no cache reuse : {tokens:6d} tokens in {seconds:7.1f} s = {rates['a']:7.1f} tok/s", flush=True)
+        print(f"(a) 1 env, no cache reuse : {tokens:6d} tokens in {seconds:7.1f} s = {rates['a']:7.1f} tok/s",
+              flush=True)
     if "b" in args.modes:
         tokens, seconds = measure(fast, config, seeds, args.envs)
         rates["b"] = tokens / seconds

@@ -2,10 +2,10 @@
 
 A decoding step has one query row per head against a long KV cache. On a 2-core CPU, torch's flash attention
 kernel spends ~1.4 ms per layer on that (16 rows, 1,000 cached tokens, SmolLM2's 9 query heads over 3 key/value
-heads) where `softmax(q·Kᵀ)·V` as two batched matrix products takes ~1.1 ms (docs/benchmarks.md). The query heads that share a
-key/value head are folded into the query axis, `(B, H, 1, D) -> (B, H_kv, G, D)`, so the cache is read as it is,
-never repeated per head. Prefill (many query rows, where the flash kernel is faster) and anything that needs
-gradients go to transformers' SDPA unchanged.
+heads) where `softmax(q·Kᵀ)·V` as two batched matrix products takes ~1.1 ms (docs/benchmarks.md). The query
+heads that share a key/value head are folded into the query axis, `(B, H, 1, D) -> (B, H_kv, G, D)`, so the
+cache is read as it is, never repeated per head. Prefill (many query rows, where the flash kernel is faster) and
+anything that needs gradients go to transformers' SDPA unchanged.
 """
 
 from __future__ import annotations

@@ -198,8 +198,6 @@ class _GrowingLayer(DynamicLayer):
 
     def replace(self, keys: torch.Tensor, values: torch.Tensor, *, capacity: int) -> None:
         """Make `keys`/`values` (B, H, L, D) the whole content, in a buffer with room for `capacity` columns."""
-        if not self.is_initialized:
-            self.lazy_initialization(keys, values)
         self._key_buffer = self._value_buffer = None
         self._grow(keys, values, max(capacity, keys.shape[-2]))
         self._key_buffer[..., : keys.shape[-2], :] = keys
@@ -295,6 +293,9 @@ class _BatchCache:
             self.next_position[row] = shared
 
     def keep_rows(self, rows: list[int]) -> None:
+        """Keep these rows (ascending), in this order; nothing is copied while every row is still active."""
+        if len(rows) == self.attention.shape[0]:
+            return
         index = torch.tensor(rows, dtype=torch.long, device=self.attention.device)
         if self.kv.get_seq_length() > 0:
             self.kv.batch_select_indices(index)
