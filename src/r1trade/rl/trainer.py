@@ -7,6 +7,8 @@ One update reads top to bottom, CleanRL-style:
   4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask; clipped gradients;
      a non-finite loss or gradient skips the step;
   5. log and checkpoint.
+Under `accelerate launch` every process plays its own episodes and gradients are averaged before each step: by
+r1trade itself, or by DeepSpeed ZeRO stage 1 or 2 (`--use_deepspeed`), which also shards the optimiser state.
 Loss, KL, entropy and advantages count only the tokens the model sampled unless the ablation switches
 `train.loss_mask` / `train.advantage_mask` are off.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -22,22 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
+import torch.distributed as dist
+from accelerate import Accelerator, PartialState
+from accelerate.utils import DistributedType, parse_flag_from_env
 
 from r1trade.agent.critic import backbone_hidden
 from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
 from r1trade.agent.rollout import RolloutEngine, TextEnv, Trajectory, sampling_from_config
 from r1trade.config import Config
-from r1trade.errors import TrainingInterrupted
+from r1trade.errors import TrainingInterrupted, UsageError
 from r1trade.rl.advantages import explained_variance
 from r1trade.rl.batch import RolloutBatch, collate, compute_advantages, filter_top_groups
-from r1trade.rl.checkpoint import (
-    TrainingState,
-    checkpoint_dir,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
+from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
 from r1trade.rl.losses import entropy_bonus, kl_penalty, policy_loss, value_loss
 from r1trade.rl.masks import masked_mean
 
@@ -84,7 +83,7 @@ class Trainer:
         self.uses_critic = cfg.algorithm == "ppo"
         # Data parallel under `accelerate launch`: every process plays its own episodes and gradients are
         # averaged across processes before each optimiser step; on one CPU this is a plain single process.
-        self.accelerator = Accelerator()
+        self.accelerator = _accelerator()
         for module in (self.models.policy, self.models.critic, self.models.reference):
             if module is not None:
                 module.to(self.accelerator.device)
@@ -97,6 +96,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )
+        launched_with_deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
+        self.deepspeed = self._prepare_deepspeed() if launched_with_deepspeed else None
         self.generator = torch.Generator().manual_seed(self.config.seed)
         self.engine = RolloutEngine(
             self.models.policy, self.models.tokenizer, sampling_from_config(self.config.rollout)
@@ -125,18 +126,12 @@ class Trainer:
                 metrics["update"] = self.state.step
                 self._log(metrics)
                 if self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.updates:
-                    checkpoint = self._checkpoint()
+                    checkpoint = save_checkpoint(self)
         except KeyboardInterrupt:
-            checkpoint = self._checkpoint() if self.state.step else None
+            checkpoint = save_checkpoint(self) if self.state.step else None
             raise TrainingInterrupted(checkpoint) from None
         assert checkpoint is not None
         return checkpoint
-
-    def _checkpoint(self) -> Path:
-        """The main process writes the checkpoint; the others wait for it."""
-        path = save_checkpoint(self) if self.accelerator.is_main_process else checkpoint_dir(self.run_dir, self.state.step)
-        self.accelerator.wait_for_everyone()
-        return path
 
     def update(self) -> dict:
         """One rollout → score → advantages → optimise round; returns its metrics."""
@@ -209,12 +204,13 @@ class Trainer:
         totals: dict[str, list[float]] = {}
         skipped = 0
         order_generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.state.step)
-        most_rows = int(self.accelerator.gather(torch.tensor([batch.rows], device=self.accelerator.device)).max())
+        most_rows = int(self._across_processes(torch.tensor([batch.rows]), "max"))
+        filler = batch.select(torch.arange(min(batch.rows, cfg.micro_batch_size)))  # see `step`
         for _ in range(cfg.epochs):
             order = torch.randperm(batch.rows, generator=order_generator)
             for start in range(0, most_rows, cfg.minibatch_size):  # every process takes the same number of steps
                 minibatch = batch.select(order[start : start + cfg.minibatch_size])
-                stats, finite = self.step(minibatch)
+                stats, finite = self.step(minibatch, filler)
                 skipped += not finite
                 for key, value in stats.items():
                     totals.setdefault(key, []).append(value)
@@ -222,33 +218,37 @@ class Trainer:
         summary["skipped_steps"] = skipped
         return summary
 
-    def step(self, minibatch: RolloutBatch) -> tuple[dict, bool]:
-        """One optimiser step over a minibatch; returns its stats and whether it was applied."""
+    def step(self, minibatch: RolloutBatch, filler: RolloutBatch) -> tuple[dict, bool]:
+        """One optimiser step over a minibatch; returns its stats and whether it was applied.
+
+        Under DeepSpeed every process runs the same number of micro-batches (the optimiser steps after a fixed
+        number, and ZeRO-2 reduces gradients during each backward, bucket by bucket in the order the graph
+        produces them): a short minibatch is padded with `filler`, real rows of this process weighted by zero,
+        so that the padding's backward reaches the parameters in the same order as a real one."""
         cfg = self.config.train
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.deepspeed is None:  # DeepSpeed clears its gradients after every step itself
+            self.optimizer.zero_grad(set_to_none=True)
         loss_mask_all = self._loss_mask(minibatch)
         tokens = loss_mask_all.sum().clamp(min=1)
         stats: dict[str, float] = {}
         total_loss = 0.0
-        for rows in _chunks(minibatch.rows, cfg.micro_batch_size):
+        micro_batches = _chunks(minibatch.rows, cfg.micro_batch_size)
+        padding = self.deepspeed.gradient_accumulation_steps() - len(micro_batches) if self.deepspeed else 0
+        for rows in micro_batches:
             micro = minibatch.select(rows)
             loss, micro_stats = self.loss(micro)
             weight = float(self._loss_mask(micro).sum() / tokens)
-            (loss * weight).backward()
+            self._backward(loss * weight)
             total_loss += float(loss.detach()) * weight
             for key, value in micro_stats.items():
                 stats[key] = stats.get(key, 0.0) + value * weight
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        self._average_gradients(params)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        for _ in range(padding):
+            self._backward(self.loss(filler)[0] * 0.0)
+        grad_norm, finite = self._apply_gradients(total_loss)
         stats.update(loss=total_loss, grad_norm=grad_norm)
-        finite = torch.tensor([float(math.isfinite(total_loss) and math.isfinite(grad_norm))], device=self.accelerator.device)
-        if float(self.accelerator.gather(finite).min()) < 1:  # skip on every process alike
-            self.optimizer.zero_grad(set_to_none=True)
-            return stats, False
-        self.optimizer.step()
-        self.scheduler.step()
-        return stats, True
+        if finite:
+            self.scheduler.step()
+        return stats, finite
 
     def loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The algorithm's loss on a micro-batch (a mean over its loss-mask tokens)."""
@@ -274,6 +274,30 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers
 
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self.deepspeed is not None:
+            self.deepspeed.backward(loss, scale_wrt_gas=False)  # the micro-batch weights already sum to one
+            self.deepspeed.step()  # the optimiser steps at the accumulation boundary only
+        else:
+            loss.backward()
+
+    def _apply_gradients(self, loss: float) -> tuple[float, bool]:
+        """Average the gradients across processes, clip them and step the optimiser unless the loss or the
+        gradient is non-finite on any process; returns the gradient norm before clipping and whether it stepped."""
+        if self.deepspeed is not None:
+            # DeepSpeed has averaged, clipped (`gradient_clipping`) and stepped, or skipped a non-finite gradient.
+            grad_norm = float(self.deepspeed.get_global_grad_norm())
+            return grad_norm, math.isfinite(grad_norm)
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self._average_gradients(params)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.train.max_grad_norm))
+        finite = torch.tensor([float(math.isfinite(loss) and math.isfinite(grad_norm))])
+        if float(self._across_processes(finite, "min")) < 1:  # skip on every process alike
+            self.optimizer.zero_grad(set_to_none=True)
+            return grad_norm, False
+        self.optimizer.step()
+        return grad_norm, True
+
     def _average_gradients(self, params: list[torch.Tensor]) -> None:
         """Mean of every gradient across processes (a no-op in a single process)."""
         if self.accelerator.num_processes == 1:
@@ -282,9 +306,45 @@ class Trainer:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         flat = torch.cat([p.grad.reshape(-1) for p in params])
-        flat = self.accelerator.reduce(flat, reduction="mean")
+        flat = self._across_processes(flat, "mean")
         for p, piece in zip(params, flat.split([p.numel() for p in params]), strict=True):
             p.grad.copy_(piece.view_as(p))
+
+    def _across_processes(self, tensor: torch.Tensor, reduction: str) -> torch.Tensor:
+        """Elementwise max, min or mean of `tensor` over all processes (itself in a single process).
+
+        torch.distributed directly: accelerate's gather assumes GPU collectives under DeepSpeed, gloo has none."""
+        if self.accelerator.num_processes == 1:
+            return tensor
+        op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "mean": dist.ReduceOp.SUM}[reduction]
+        tensor = tensor.to(self.accelerator.device).clone()
+        dist.all_reduce(tensor, op=op)
+        return tensor / self.accelerator.num_processes if reduction == "mean" else tensor
+
+    def _prepare_deepspeed(self):
+        """The DeepSpeed engine over the trainable modules (launched with `accelerate launch --use_deepspeed`).
+
+        r1trade keeps its own loop and sets the micro-batch size, the clipping and the accumulation (the micro-batches
+        of a full minibatch; shorter minibatches are padded with zero gradients) from `train.*`. The rollout and the
+        scoring pass call the policy directly, which needs every process to hold whole weights: ZeRO stages 1 and 2
+        (optimiser state, and gradients, sharded), not 3; stage 0 is the data parallelism r1trade does without it.
+        """
+        cfg = self.config.train
+        ds_config = self.accelerator.state.deepspeed_plugin.deepspeed_config
+        stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
+        if stage not in (1, 2):
+            raise UsageError(f"DeepSpeed ZeRO stage {stage} is not supported: use stage 1 or 2 (--zero_stage)")
+        ds_config.update(
+            train_micro_batch_size_per_gpu=cfg.micro_batch_size,
+            gradient_accumulation_steps=math.ceil(cfg.minibatch_size / cfg.micro_batch_size),
+            gradient_clipping=cfg.max_grad_norm,
+        )
+        ds_config.pop("train_batch_size", None)
+        modules = torch.nn.ModuleDict({"policy": self.models.policy})
+        if self.uses_critic:
+            modules["critic"] = self.models.critic
+        engine, _ = self.accelerator.prepare(modules, self.optimizer)
+        return engine
 
     def _loss_mask(self, batch: RolloutBatch) -> torch.Tensor:
         if self.config.train.loss_mask:
@@ -320,8 +380,7 @@ class Trainer:
         if self.accelerator.num_processes > 1:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    tensor = torch.tensor([float(value)], device=self.accelerator.device)
-                    metrics[key] = float(self.accelerator.reduce(tensor, reduction="mean"))
+                    metrics[key] = float(self._across_processes(torch.tensor([float(value)]), "mean"))
         if not self.accelerator.is_main_process:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -357,6 +416,14 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
         metrics["buy_and_hold_pct"] = sum(e["buy_and_hold_pct"] for e in episodes) / len(episodes)
         metrics["fees"] = sum(e["fees"] for e in episodes) / len(episodes)
     return metrics
+
+
+def _accelerator() -> Accelerator:
+    """This process's Accelerator. Launched for DeepSpeed on a machine without GPUs, accelerate picks no collective
+    backend and would report a single process; DeepSpeed on CPU communicates over gloo, so ask for it."""
+    if parse_flag_from_env("ACCELERATE_USE_DEEPSPEED") and "LOCAL_RANK" in os.environ and not torch.cuda.is_available():
+        PartialState(backend="gloo")
+    return Accelerator()
 
 
 def _episode_seed(seed: int, update: int, group: int) -> int:
