@@ -3,6 +3,7 @@
 (a) one environment at a time, the whole context re-encoded every turn (no cache reuse);
 (b) all environments batched, the KV cache reused across turns (only new observations are prefilled).
 Both play the same episodes (same seeds, greedy decoding). Run: `python benchmarks/rollout_throughput.py`.
+`--profile` also splits (b)'s time into decoding steps, prefill and the rest; `--dtype bfloat16` casts the model.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from collections import defaultdict
 
 import torch
 
@@ -29,6 +31,25 @@ def measure(engine: RolloutEngine, config, seeds: list[int], batch: int) -> tupl
     return tokens, time.perf_counter() - started
 
 
+def profile_model_calls(engine: RolloutEngine) -> dict[str, float]:
+    """Time every model call of `engine` by kind (prefill: several new columns; decode: one) into the returned dict."""
+    stats: dict[str, float] = defaultdict(float)
+    forward = engine._forward
+
+    def timed(cache, ids, attention):
+        started = time.perf_counter()
+        logits = forward(cache, ids, attention)
+        kind = "prefill" if ids.shape[1] > 1 else "decode"
+        stats[f"{kind} seconds"] += time.perf_counter() - started
+        stats[f"{kind} calls"] += 1
+        stats[f"{kind} slots"] += ids.numel()
+        stats[f"{kind} real tokens"] += int(attention.sum())
+        return logits
+
+    engine._forward = timed
+    return stats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="btc_momentum")
@@ -37,9 +58,12 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--modes", default="ab", help="which of (a) and (b) to run, e.g. b to re-measure (b) alone")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--profile", action="store_true", help="split (b)'s time into decoding, prefill and the rest")
     args = parser.parse_args()
     config = load_config(args.config, [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false"])
     models = load_agent_models(config.model, seed=0)
+    models.policy.to(getattr(torch, args.dtype))
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=True)
     seeds = list(range(args.envs))
     slow = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=False)
@@ -54,9 +78,15 @@ def main() -> None:
         print(f"(a) 1 env, no cache reuse : {tokens:6d} tokens in {seconds:7.1f} s = {rates['a']:7.1f} tok/s",
               flush=True)
     if "b" in args.modes:
+        stats = profile_model_calls(fast) if args.profile else {}
         tokens, seconds = measure(fast, config, seeds, args.envs)
         rates["b"] = tokens / seconds
         print(f"(b) {args.envs} envs, cache reuse : {tokens:6d} tokens in {seconds:7.1f} s = {rates['b']:7.1f} tok/s")
+        for key, value in stats.items():
+            print(f"    {key}: {value:,.1f}")
+        if stats:
+            rest = seconds - stats["decode seconds"] - stats["prefill seconds"]
+            print(f"    everything else: {rest:.1f} s")
     if len(rates) == 2:
         print(f"ratio (b)/(a): {rates['b'] / rates['a']:.1f}x")
 

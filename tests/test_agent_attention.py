@@ -1,4 +1,4 @@
-"""The decoding attention gives SDPA's results without repeating key/value heads."""
+"""The rollout attention gives SDPA's results without repeating key/value heads."""
 
 from __future__ import annotations
 
@@ -30,6 +30,20 @@ def test_one_decoding_step_equals_sdpa_with_repeated_heads() -> None:
         unmasked, _ = grouped_query_attention(module, query, key, value, None, scaling=0.3)
     torch.testing.assert_close(out, _sdpa_reference(query, key, value, mask, 0.3))
     torch.testing.assert_close(unmasked, _sdpa_reference(query, key, value, None, 0.3))
+
+
+def test_a_masked_prefill_over_a_cache_equals_sdpa_with_repeated_heads() -> None:
+    torch.manual_seed(1)
+    query = torch.randn(3, 6, 5, 8)  # 5 new tokens per row, 6 query heads over 2 key/value heads
+    key, value = torch.randn(3, 2, 12, 8), torch.randn(3, 2, 12, 8)  # 7 cached columns + the 5 new ones
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    mask = torch.ones(3, 1, 5, 12, dtype=torch.bool)
+    mask[..., 7:] = causal
+    mask[0, ..., :4] = False  # row 0 has 4 dead cached columns
+    mask[1, ..., 7:9] = False  # row 1 is left-padded by 2 in this chunk: no query attends to the padding
+    with torch.no_grad():
+        out, _ = grouped_query_attention(torch.nn.Module(), query, key, value, mask, scaling=0.25)
+    torch.testing.assert_close(out, _sdpa_reference(query, key, value, mask, 0.25))
 
 
 def test_a_step_with_nothing_to_attend_to_stays_finite() -> None:
