@@ -25,11 +25,12 @@ test: install
 # The demo: warm start, a short PPO run and a held-out backtest of SmolLM2-135M-Instruct (LoRA) on the sample.
 # Budgets are cut to fit a 2-core CPU; see README for what it shows and how to run the full configuration.
 DEMO      := runs/demo
-DEMO_SET  := --set name=demo --set output_dir=runs --set env.episode_decisions=2 --set rollout.max_new_tokens=48
+DEMO_SET  := --set name=demo --set output_dir=runs --set env.episode_decisions=2
+DEMO_WARM := --set warmstart.episodes=16 --set warmstart.max_steps=10
 demo: install
 	$(R1) data-info data/sample/btc_usd_1h.parquet
 	rm -rf $(DEMO) $(DEMO)-warmstart reports/demo-test
-	$(R1) warmstart --config btc_momentum $(DEMO_SET)
+	$(R1) warmstart --config btc_momentum $(DEMO_SET) $(DEMO_WARM)
 	$(R1) train --config btc_momentum $(DEMO_SET) --set model.name_or_path=$(DEMO)-warmstart/model \
 	    --set train.updates=1 --set rollout.num_envs=2 --set train.epochs=1
 	$(R1) plot-run $(DEMO)

@@ -9,9 +9,10 @@ import pytest
 
 from r1trade.agent.model import build_tiny_tokenizer, load_agent_models
 from r1trade.agent.rollout import ChatTokens
-from r1trade.agent.warmstart import collect_demonstrations, demonstration_turn
+from r1trade.agent.warmstart import check_turns_fit, collect_demonstrations, demonstration_turn, longest_turn
 from r1trade.cli import main
 from r1trade.config import ModelConfig, load_config
+from r1trade.errors import ConfigError
 from r1trade.env.parsing import parse_tool_call
 from r1trade.env.trading_env import make_envs
 
@@ -82,8 +83,24 @@ def _runs_of_ones(mask: list[int]):
             start = None
 
 
+def test_the_longest_turn_counts_sampled_tokens_up_to_the_call_not_the_end_of_turn():
+    examples = [{"completion_mask": [0, 1, 1, 1, 0, 0, 1, 1]}, {"completion_mask": [0, 0, 1, 1, 1, 1, 1, 0]}]
+    assert longest_turn(examples) == 4  # the 5-token run is 4 tokens of turn and the end-of-turn token
+    check_turns_fit(examples, 4)
+    with pytest.raises(ConfigError, match="take up to 4 tokens but rollout.max_new_tokens is 3"):
+        check_turns_fit(examples, 3)
+
+
+def test_warmstart_refuses_demonstrations_the_rollout_would_cut_off(capsys, tmp_path: Path):
+    # the tiny tokenizer spells a trade call in ~106 tokens; smoke.yaml decodes 32 a turn
+    code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={tmp_path}", "--set", "warmstart.episodes=4"])
+    err = capsys.readouterr().err
+    assert code != 0 and "rollout.max_new_tokens is 32" in err and "Traceback" not in err
+    assert not (tmp_path / "smoke-warmstart" / "model").exists()
+
+
 def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path):
-    code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={tmp_path}",
+    code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={tmp_path}", "--set", "rollout.max_new_tokens=128",
                  "--set", "warmstart.max_steps=2", "--set", "warmstart.episodes=1", "--set", "env.episode_decisions=2"])
     assert code == 0
     model_dir = tmp_path / "smoke-warmstart" / "model"

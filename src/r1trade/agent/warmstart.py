@@ -18,6 +18,7 @@ import torch
 
 from r1trade.agent.rollout import ChatTokens
 from r1trade.config import Config
+from r1trade.errors import ConfigError
 from r1trade.env.trading_env import TradingEnv, make_envs
 
 TREND_BARS = 24
@@ -87,6 +88,28 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
     return examples
 
 
+def longest_turn(examples: list[dict]) -> int:
+    """Tokens the longest demonstration turn needs from the model, up to its `</tool_call>` (the rollout engine
+    stops there; the end-of-turn token that follows in the examples is not sampled)."""
+    longest = run = 0
+    for example in examples:
+        for bit in [*example["completion_mask"], 0]:
+            run = run + 1 if bit else 0
+            longest = max(longest, run - 1)
+    return longest
+
+
+def check_turns_fit(examples: list[dict], max_new_tokens: int) -> None:
+    """Refuse demonstrations whose turns the rollout would cut off: a model that learned them could never finish a
+    trade within `rollout.max_new_tokens`, and every trade it tried would be a malformed turn."""
+    needed = longest_turn(examples)
+    if needed > max_new_tokens:
+        raise ConfigError(
+            f"demonstration turns take up to {needed} tokens but rollout.max_new_tokens is {max_new_tokens}: "
+            f"raise it to at least {needed} (--set rollout.max_new_tokens={needed})"
+        )
+
+
 def warmstart(config: Config, run_dir: Path) -> Path:
     """Fine-tune the configured model on demonstrations; returns the merged model's directory."""
     from datasets import Dataset
@@ -103,6 +126,7 @@ def warmstart(config: Config, run_dir: Path) -> Path:
         env = config.env.model_copy(update={"episode_decisions": settings.episode_decisions})
         played = config.model_copy(update={"env": env})
     examples = collect_demonstrations(played, chat, episodes=settings.episodes, seed=config.seed)
+    check_turns_fit(examples, config.rollout.max_new_tokens)
     lora = config.model.lora
     peft_config = (
         PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
