@@ -205,7 +205,7 @@ class Trainer:
         skipped = 0
         order_generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.state.step)
         most_rows = int(self._across_processes(torch.tensor([batch.rows]), "max"))
-        filler = batch.select(torch.arange(min(batch.rows, cfg.micro_batch_size)))  # see `step`
+        filler = batch.select(torch.arange(min(batch.rows, cfg.micro_batch_size))) if self.deepspeed else None
         for _ in range(cfg.epochs):
             order = torch.randperm(batch.rows, generator=order_generator)
             for start in range(0, most_rows, cfg.minibatch_size):  # every process takes the same number of steps
@@ -218,7 +218,7 @@ class Trainer:
         summary["skipped_steps"] = skipped
         return summary
 
-    def step(self, minibatch: RolloutBatch, filler: RolloutBatch) -> tuple[dict, bool]:
+    def step(self, minibatch: RolloutBatch, filler: RolloutBatch | None = None) -> tuple[dict, bool]:
         """One optimiser step over a minibatch; returns its stats and whether it was applied.
 
         Under DeepSpeed every process runs the same number of micro-batches (the optimiser steps after a fixed
