@@ -3,7 +3,8 @@
 (a) one environment at a time, the whole context re-encoded every turn (no cache reuse);
 (b) all environments batched, the KV cache reused across turns (only new observations are prefilled).
 Both play the same episodes (same seeds, greedy decoding). Run: `python benchmarks/rollout_throughput.py`.
-`--profile` also splits (b)'s time into decoding steps, prefill and the rest; `--dtype bfloat16` casts the model.
+`--profile` also splits (b)'s time into decoding steps, prefill and the rest; `--dtype bfloat16` casts the model;
+`--copy-prefix` makes (b) copy the system prompt's cache into every row instead of sharing one copy.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--modes", default="ab", help="which of (a) and (b) to run, e.g. b to re-measure (b) alone")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--profile", action="store_true", help="split (b)'s time into decoding, prefill and the rest")
+    parser.add_argument("--copy-prefix", action="store_true", help="(b) copies the system prompt's cache per row")
     args = parser.parse_args()
     config = load_config(args.config, [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false"])
     models = load_agent_models(config.model, seed=0)
@@ -68,6 +70,7 @@ def main() -> None:
     seeds = list(range(args.envs))
     slow = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=False)
     fast = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=True)
+    fast.shared_prefix = fast.shared_prefix and not args.copy_prefix
     measure(fast, config, seeds[:1], 1)  # warm-up
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
           f"python {platform.python_version()}, torch {torch.__version__}", flush=True)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from r1trade.agent.attention import GROUPED_ATTENTION, grouped_query_attention, use_decoding_attention
+from r1trade.agent.attention import (
+    GROUPED_ATTENTION,
+    SharedPrefix,
+    grouped_query_attention,
+    use_decoding_attention,
+)
 from r1trade.agent.model import build_tiny_model
 from r1trade.agent.tokenizer import build_tiny_tokenizer
 
@@ -78,3 +84,53 @@ def test_models_with_other_attention_are_left_alone() -> None:
                          num_attention_heads=2, num_key_value_heads=1, attn_implementation="eager")
     model = LlamaForCausalLM(config)
     assert use_decoding_attention(model).config._attn_implementation == "eager"
+
+
+def _prefix_case(seed: int, new: int):
+    """Queries of 3 rows over a 4-column shared prefix and 6 own columns (the last `new` of them just added)."""
+    torch.manual_seed(seed)
+    query = torch.randn(3, 6, new, 8)  # 6 query heads over 2 key/value heads
+    prefix_keys, prefix_values = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    key, value = torch.randn(3, 2, 6, 8), torch.randn(3, 2, 6, 8)
+    prefix_attention = torch.ones(3, 4, dtype=torch.bool)
+    prefix_attention[2, 3:] = False  # row 2 shares only 3 of the prefix's columns
+    own = torch.ones(3, 1, new, 6, dtype=torch.bool)
+    own[..., 6 - new :] = torch.ones(new, new, dtype=torch.bool).tril()
+    own[0, ..., :2] = False  # row 0 has two dead own columns
+    whole_keys = torch.cat([prefix_keys.expand(3, -1, -1, -1), key], dim=2)
+    whole_values = torch.cat([prefix_values.expand(3, -1, -1, -1), value], dim=2)
+    whole_mask = torch.cat([prefix_attention[:, None, None, :].expand(3, 1, new, 4), own], dim=-1)
+    module = torch.nn.Module()
+    module.layer_idx = 0
+    shared = SharedPrefix([(prefix_keys, prefix_values)], prefix_attention)
+    return module, query, key, value, own, shared, (whole_keys, whole_values, whole_mask)
+
+
+def test_a_decoding_step_after_a_shared_prefix_equals_sdpa_over_prefix_and_own_columns() -> None:
+    module, query, key, value, own, shared, (keys, values, mask) = _prefix_case(seed=2, new=1)
+    with torch.no_grad():
+        out, _ = grouped_query_attention(module, query, key, value, own, scaling=0.3, shared_prefix=shared)
+    torch.testing.assert_close(out, _sdpa_reference(query, keys, values, mask, 0.3))
+
+
+def test_a_prefill_after_a_shared_prefix_equals_sdpa_over_prefix_and_own_columns() -> None:
+    module, query, key, value, own, shared, (keys, values, mask) = _prefix_case(seed=3, new=4)
+    with torch.no_grad():
+        out, _ = grouped_query_attention(module, query, key, value, own, scaling=0.3, shared_prefix=shared)
+    torch.testing.assert_close(out, _sdpa_reference(query, keys, values, mask, 0.3))
+
+
+def test_no_mask_after_a_shared_prefix_means_causal_over_the_own_columns() -> None:
+    module, query, key, value, _, shared, _ = _prefix_case(seed=4, new=6)  # a first prefill: all columns are new
+    shared.attention[:] = True
+    causal = torch.ones(6, 6, dtype=torch.bool).tril().expand(3, 1, 6, 6)
+    with torch.no_grad():
+        implicit, _ = grouped_query_attention(module, query, key, value, None, shared_prefix=shared)
+        explicit, _ = grouped_query_attention(module, query, key, value, causal, shared_prefix=shared)
+    torch.testing.assert_close(implicit, explicit)
+
+
+def test_a_shared_prefix_is_refused_where_gradients_are_needed() -> None:
+    module, query, key, value, own, shared, _ = _prefix_case(seed=5, new=1)
+    with pytest.raises(ValueError, match="inference"):
+        grouped_query_attention(module, query, key, value, own, shared_prefix=shared)

@@ -272,3 +272,41 @@ def test_context_resets_in_a_batch_reuse_the_prefix_and_keep_the_cache_small(tin
             assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
     longest_segment = max(len(s) for t in cached for s in t.segments)
     assert max(widths) <= longest_segment + 2 * 8  # live context plus at most one turn of padding per row
+
+
+def test_with_a_shared_prefix_a_restarted_row_attends_to_its_part_of_it_and_holds_no_copy():
+    from r1trade.agent.attention import SharedPrefix
+    from r1trade.agent.rollout import _Prefix
+
+    cache = _filled_cache([[1, 1, 1, 1], [1, 1, 1, 1]])
+    prefix_keys = torch.full((1, 1, 3, 2), -5.0)
+    prefix = _Prefix(ids=[4, 5, 6], layers=[(prefix_keys, -prefix_keys)])
+    cache.shared = SharedPrefix(prefix.layers, torch.ones(2, 3, dtype=torch.bool))
+    cache.compact({1: 2}, prefix)
+    assert cache.attention.tolist() == [[1, 1, 1, 1], [0, 0, 0, 0]]  # row 1 keeps nothing of its own
+    assert cache.shared.attention.tolist() == [[True, True, True], [True, True, False]]
+    assert cache.kv.layers[0].keys[0, 0, :, 0].tolist() == [0, 1, 2, 3]
+    assert cache.next_position.tolist() == [7, 2]
+    cache.keep_rows([1])
+    assert cache.shared.attention.tolist() == [[True, True, False]] and cache.next_position.tolist() == [2]
+
+
+def test_a_shared_prefix_gives_the_same_trajectories_as_a_copy_per_row_and_a_smaller_cache(tiny_agent):
+    model, tokenizer = tiny_agent
+
+    def rollout(shared: bool):
+        engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=8, greedy=True))
+        assert engine.shared_prefix  # the tiny model uses the rollout attention
+        engine.shared_prefix = shared
+        widths, prefill = [], engine._prefill
+        engine._prefill = lambda cache, chunks: (widths.append(cache.attention.shape[1]), prefill(cache, chunks))[1]
+        envs = [ScriptedEnv(turns=5, reset_every=2), ScriptedEnv(turns=4)]
+        return engine.run(envs, seeds=[0, 1]), widths
+
+    (shared, shared_widths), (copied, copied_widths) = rollout(True), rollout(False)
+    for a, b in zip(shared, copied):
+        assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]
+        for x, y in zip(a.segments, b.segments):
+            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5, rtol=0)
+    prefix = len(ChatTokens(tokenizer).context([{"role": "system", "content": "You trade."}]))
+    assert max(shared_widths) < max(copied_widths) - prefix // 2  # the rows' caches do not hold the system prompt

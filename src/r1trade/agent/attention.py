@@ -9,9 +9,17 @@ q of head kv·G + g), and the cache is read as it is:
   kernel spends ~1.4 ms per layer on it (16 rows, 1,000 cached tokens) where the two products take ~1.1 ms;
 - a prefill with a mask calls SDPA once on the folded query, the mask repeated for each folded group.
 Anything that needs gradients, or has no mask, goes to transformers' SDPA unchanged.
+
+A rollout's rows all start with the same system prompt. Passed as `shared_prefix` (a model keyword argument that
+transformers hands on to the attention function), its keys and values are stored once for the whole batch instead
+of once per row, and a decoding step reads them once ("cascade" attention): the scores over the prefix are one
+matrix product for all rows per key/value head, and one softmax runs over prefix and own columns together, so the
+result is the attention over the row's whole context.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -20,6 +28,14 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 GROUPED_ATTENTION = "r1trade_grouped"
+
+
+@dataclass
+class SharedPrefix:
+    """Key/value columns that come before every row's own cache, stored once for the batch."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]  # per decoder layer: keys, values (1, H_kv, P, D)
+    attention: torch.Tensor  # (B, P) bool: the prefix columns each row attends to
 
 
 def grouped_query_attention(
@@ -31,6 +47,7 @@ def grouped_query_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
+    shared_prefix: SharedPrefix | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """Attention output `(B, Q, H, D)` as transformers' attention functions return it."""
@@ -39,6 +56,10 @@ def grouped_query_attention(
     groups = heads // kv_heads
     boolean_mask = attention_mask is None or (attention_mask.dtype == torch.bool and attention_mask.shape[1] == 1)
     decoding = length == 1
+    if shared_prefix is not None:
+        if torch.is_grad_enabled() or dropout or not boolean_mask:
+            raise ValueError("a shared prefix is for inference with boolean masks only")
+        return _attention_after_prefix(module, query, key, value, attention_mask, shared_prefix, scaling), None
     if torch.is_grad_enabled() or dropout or not boolean_mask or (attention_mask is None and not decoding):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
@@ -56,6 +77,48 @@ def grouped_query_attention(
         out = nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scale)
     out = out.reshape(batch, heads, length, dim)  # (B, H, Q, D)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _attention_after_prefix(
+    module: nn.Module,
+    query: torch.Tensor,  # (B, H, Q, D)
+    key: torch.Tensor,  # (B, H_kv, L, D): the rows' own columns, after the prefix
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,  # (B, 1, Q, L) bool over the own columns; None = causal (all, if Q = 1)
+    prefix: SharedPrefix,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Attention over `prefix` followed by each row's own columns, output `(B, Q, H, D)`."""
+    batch, heads, length, dim = query.shape
+    kv_heads, own = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    scale = scaling if scaling is not None else dim**-0.5
+    prefix_keys, prefix_values = prefix.layers[module.layer_idx]  # (1, H_kv, P, D)
+    if attention_mask is None:  # transformers leaves out a mask that would only be causal
+        attention_mask = torch.ones(length, own, dtype=torch.bool, device=query.device).tril(own - length)
+        attention_mask = attention_mask.expand(batch, 1, length, own)
+    prefix_mask = prefix.attention[:, None, None, :].expand(batch, 1, length, prefix.attention.shape[1])
+    if length > 1:  # a prefill: compute-bound, so the prefix is copied per row and SDPA does the rest
+        keys = torch.cat([prefix_keys.expand(batch, -1, -1, -1), key], dim=2)
+        values = torch.cat([prefix_values.expand(batch, -1, -1, -1), value], dim=2)
+        mask = torch.cat([prefix_mask, attention_mask], dim=-1).repeat(1, 1, groups, 1)  # (B, 1, G·Q, P + L)
+        folded = query.reshape(batch, kv_heads, groups * length, dim)
+        out = nn.functional.scaled_dot_product_attention(folded, keys, values, attn_mask=mask, scale=scale)
+        return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous()
+    # a decoding step: memory-bound, so the prefix is read once for all rows
+    folded = query.reshape(batch, kv_heads, groups, dim)  # (B, H_kv, G, D)
+    by_head = folded.transpose(0, 1).reshape(kv_heads, batch * groups, dim)  # (H_kv, B·G, D)
+    prefix_scores = torch.matmul(by_head, prefix_keys[0].transpose(-1, -2))  # (H_kv, B·G, P)
+    prefix_scores = prefix_scores.reshape(kv_heads, batch, groups, -1).transpose(0, 1)  # (B, H_kv, G, P)
+    own_scores = torch.matmul(folded, key.transpose(-1, -2))  # (B, H_kv, G, L)
+    scores = torch.cat([prefix_scores, own_scores], dim=-1) * scale
+    lowest = torch.finfo(scores.dtype).min  # not -inf: a row with nothing to attend to (a padding step) stays finite
+    weights = scores.masked_fill(~torch.cat([prefix_mask, attention_mask], dim=-1), lowest).softmax(dim=-1)
+    prefix_weights, own_weights = weights.split([prefix_scores.shape[-1], own], dim=-1)
+    prefix_weights = prefix_weights.transpose(0, 1).reshape(kv_heads, batch * groups, -1)  # (H_kv, B·G, P)
+    from_prefix = torch.matmul(prefix_weights, prefix_values[0]).reshape(kv_heads, batch, groups, dim)
+    out = from_prefix.transpose(0, 1) + torch.matmul(own_weights, value)  # (B, H_kv, G, D)
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous()
 
 
 AttentionInterface.register(GROUPED_ATTENTION, grouped_query_attention)

@@ -8,9 +8,13 @@ All active environments are decoded as one batch that shares one KV cache. Rows 
 recomputed: a new observation is prefilled on top of the cache, rows are left-padded per chunk (the padding is
 masked out), positions are tracked per row, and a finished environment's row is dropped from the cache. When the
 environment starts a fresh context (bounded history, `info["context_reset"]`), a new token *segment* begins with
-positions counted from zero: the row's old columns are dropped and the prefix every context shares (the system
-prompt, prefilled once per run) is copied in, so only the rest of the fresh context is prefilled. Columns no row
-attends to any more (old contexts, padding, steps of rows that had stopped) are squeezed out between turns.
+positions counted from zero: the row's old columns are dropped and it starts again from the prefix every context
+shares (the system prompt, prefilled once per run), so only the rest of the fresh context is prefilled. Columns no
+row attends to any more (old contexts, padding, steps of rows that had stopped) are squeezed out between turns.
+
+With the rollout attention (`r1trade.agent.attention`) the prefix's keys and values are held once for the batch
+(`SharedPrefix`) and each row's cache holds only its own columns; with any other attention the prefix is copied
+into every row.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any, Protocol
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
+
+from r1trade.agent.attention import GROUPED_ATTENTION, SharedPrefix
 
 STOP_TEXT = "</tool_call>"
 
@@ -244,7 +250,10 @@ class _Prefix:
 
 
 class _BatchCache:
-    """A KV cache shared by the active rows, with a 0/1 attention column per cached token and per-row positions."""
+    """A KV cache shared by the active rows, with a 0/1 attention column per cached token and per-row positions.
+
+    `shared`, when set, holds prefix columns that come before every row's own columns, stored once.
+    """
 
     COMPACT_WHEN_DEAD = 0.25
     """Squeeze the cache when this fraction of its columns is attended by no row (reading them costs every step)."""
@@ -253,19 +262,32 @@ class _BatchCache:
         self.kv = _GrowingCache()
         self.attention = torch.zeros(rows, 0, dtype=torch.long, device=device)  # (R, L)
         self.next_position = torch.zeros(rows, dtype=torch.long, device=device)  # (R,)
+        self.shared: SharedPrefix | None = None
+
+    def share(self, prefix: _Prefix) -> None:
+        """Put `prefix` before every row, held once (the rows' own caches must still be empty)."""
+        rows, length = self.attention.shape[0], len(prefix.ids)
+        attends = torch.ones(rows, length, dtype=torch.bool, device=self.attention.device)
+        self.shared = SharedPrefix(prefix.layers, attends)
+        self.next_position = torch.full_like(self.next_position, length)
 
     def compact(self, restarts: dict[int, int], prefix: _Prefix | None) -> None:
         """Keep only each row's live columns, right-aligned; a row in `restarts` drops all of its own and starts
-        a new segment from the first `restarts[row]` columns of `prefix` (0: from nothing, at position 0).
+        a new segment from the first `restarts[row]` columns of `prefix` (0: from nothing, at position 0): in the
+        shared prefix if there is one, else copied into the row.
 
         Positions are per row and the cached keys already carry their rotary positions, so moving columns changes
         no result. Skipped when no row restarts and few columns are dead.
         """
         live = self.attention.bool()  # (R, L)
-        for row in restarts:
-            live[row] = False
-        counts = live.sum(dim=1)  # (R,)
         for row, shared in restarts.items():
+            live[row] = False
+            self.next_position[row] = shared
+            if self.shared is not None:
+                self.shared.attention[row] = torch.arange(self.shared.attention.shape[1]) < shared
+        copied = {} if self.shared is not None else {row: shared for row, shared in restarts.items() if shared}
+        counts = live.sum(dim=1)  # (R,)
+        for row, shared in copied.items():
             counts[row] = shared
         rows, length = live.shape
         width = int(counts.max()) if rows else 0
@@ -283,14 +305,11 @@ class _BatchCache:
             batch, heads, _, dim = layer.keys.shape
             gather = source[:, None, :, None].expand(batch, heads, width, dim)
             keys, values = layer.keys.gather(2, gather), layer.values.gather(2, gather)  # (R, H_kv, W, D)
-            for row, shared in restarts.items():
-                if shared:
-                    prefix_keys, prefix_values = prefix.layers[index]
-                    keys[row, :, width - shared :] = prefix_keys[0, :, :shared]
-                    values[row, :, width - shared :] = prefix_values[0, :, :shared]
+            for row, shared in copied.items():
+                prefix_keys, prefix_values = prefix.layers[index]
+                keys[row, :, width - shared :] = prefix_keys[0, :, :shared]
+                values[row, :, width - shared :] = prefix_values[0, :, :shared]
             layer.replace(keys, values, capacity=2 * width)
-        for row, shared in restarts.items():
-            self.next_position[row] = shared
 
     def keep_rows(self, rows: list[int]) -> None:
         """Keep these rows (ascending), in this order; nothing is copied while every row is still active."""
@@ -301,6 +320,8 @@ class _BatchCache:
             self.kv.batch_select_indices(index)
         self.attention = self.attention[index]
         self.next_position = self.next_position[index]
+        if self.shared is not None:
+            self.shared = SharedPrefix(self.shared.layers, self.shared.attention[index])
 
 
 class RolloutEngine:
@@ -322,6 +343,7 @@ class RolloutEngine:
         self.chat = ChatTokens(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.device = next(model.parameters()).device
+        self.shared_prefix = reuse_cache and model.config._attn_implementation == GROUPED_ATTENTION
 
     @torch.no_grad()
     def run(
@@ -380,7 +402,8 @@ class RolloutEngine:
         """Prefill the prefix all first contexts share (the system prompt) once and copy its cache to every row.
 
         Returns the cache, the prefix (kept for fresh contexts later in the run) and what is left of each chunk
-        (at least its last token, which yields the row's logits).
+        (at least its last token, which yields the row's logits). With the rollout attention the rows share the
+        prefix's cache instead of each holding a copy.
         """
         rows = len(chunks)
         cache = _BatchCache(rows, self.device)
@@ -391,6 +414,9 @@ class RolloutEngine:
         one = _BatchCache(1, self.device)
         self._prefill(one, [chunks[0][:shared]])
         prefix = _Prefix(chunks[0][:shared], [(layer.keys.clone(), layer.values.clone()) for layer in one.kv.layers])
+        if self.shared_prefix:
+            cache.share(prefix)
+            return cache, prefix, [c[shared:] for c in chunks]
         one.kv.batch_repeat_interleave(rows)
         cache.kv, cache.attention = one.kv, one.attention.repeat(rows, 1)
         cache.next_position = one.next_position.repeat(rows)
@@ -401,6 +427,7 @@ class RolloutEngine:
         positions = cache.next_position[:, None] + new_attention.cumsum(dim=1) - 1  # (R, M)
         positions = positions.clamp(min=0)
         cache.attention = torch.cat([cache.attention, new_attention], dim=1)
+        shared = {"shared_prefix": cache.shared} if cache.shared is not None else {}
         out = self.model(
             input_ids=ids,
             attention_mask=cache.attention,
@@ -408,6 +435,7 @@ class RolloutEngine:
             past_key_values=cache.kv,
             use_cache=True,
             logits_to_keep=1,  # only the last column's logits are used; skip the vocabulary projection elsewhere
+            **shared,
         )
         cache.next_position = cache.next_position + new_attention.sum(dim=1)
         return out.logits[:, -1, :].float()
