@@ -134,3 +134,21 @@ def test_a_shared_prefix_is_refused_where_gradients_are_needed() -> None:
     module, query, key, value, own, shared, _ = _prefix_case(seed=5, new=1)
     with pytest.raises(ValueError, match="inference"):
         grouped_query_attention(module, query, key, value, own, shared_prefix=shared)
+
+
+def test_a_prefill_mask_is_built_once_per_forward_pass_and_dropped_with_it() -> None:
+    from r1trade.agent.attention import _additive, _MaskPerForward
+
+    masks, builds = _MaskPerForward(), []
+
+    def build(mask):
+        return lambda: builds.append(mask.shape) or _additive(mask, torch.float32)
+
+    first = torch.tensor([[True, False]])
+    derived = masks.get(first, build(first))
+    assert derived.tolist() == [[0.0, torch.finfo(torch.float32).min]]
+    assert masks.get(first, build(first)) is derived and len(builds) == 1  # the next layer of the same pass
+    second = torch.tensor([[True, True]])
+    assert masks.get(second, build(second)).tolist() == [[0.0, 0.0]] and len(builds) == 2  # the next pass
+    del second
+    assert masks._mask is None  # freed with the pass's mask
