@@ -284,7 +284,8 @@ class _BatchCache:
             live[row] = False
             self.next_position[row] = shared
             if self.shared is not None:
-                self.shared.attention[row] = torch.arange(self.shared.attention.shape[1]) < shared
+                columns = torch.arange(self.shared.attention.shape[1], device=self.shared.attention.device)
+                self.shared.attention[row] = columns < shared
         copied = {} if self.shared is not None else {row: shared for row, shared in restarts.items() if shared}
         counts = live.sum(dim=1)  # (R,)
         for row, shared in copied.items():
