@@ -61,30 +61,47 @@ def grouped_query_attention(
     groups = heads // kv_heads
     boolean_mask = attention_mask is None or (attention_mask.dtype == torch.bool and attention_mask.shape[1] == 1)
     decoding = length == 1
+    scale = scaling if scaling is not None else dim**-0.5
     if shared_prefix is not None:
         if torch.is_grad_enabled() or dropout or not boolean_mask:
             raise ValueError("a shared prefix is for inference with boolean masks only")
-        return _attention_after_prefix(module, query, key, value, attention_mask, shared_prefix, scaling), None
-    if torch.is_grad_enabled() or dropout or not boolean_mask or (attention_mask is None and not decoding):
+        out = _attention_after_prefix(module, query, key, value, attention_mask, shared_prefix, scale)
+    elif torch.is_grad_enabled() or dropout or not boolean_mask or (attention_mask is None and not decoding):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
-    scale = scaling if scaling is not None else dim**-0.5
-    folded = query.reshape(batch, kv_heads, groups * length, dim)  # (B, H_kv, G·Q, D)
-    if decoding:
+    elif decoding:
+        folded = query.reshape(batch, kv_heads, groups, dim)  # (B, H_kv, G, D)
         scores = torch.matmul(folded, key.transpose(-1, -2)) * scale  # (B, H_kv, G, L)
         if attention_mask is not None:
             # The dtype's lowest value rather than -inf: a row with nothing to attend to (a padding step) stays finite.
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
         out = torch.matmul(scores.softmax(dim=-1), value)  # (B, H_kv, G, D)
     else:
-        def folded_mask() -> torch.Tensor:  # (B, 1, G·Q, L)
-            return _additive(attention_mask.repeat(1, 1, groups, 1), query.dtype)
-
-        mask = _PREFILL_MASKS.get(attention_mask, folded_mask)
-        out = nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scale)
+        out = _folded_prefill(query, key, value, attention_mask, lambda: attention_mask, scale)
     out = out.reshape(batch, heads, length, dim)  # (B, H, Q, D)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _folded_prefill(
+    query: torch.Tensor,  # (B, H, Q, D)
+    key: torch.Tensor,  # (B, H_kv, L, D)
+    value: torch.Tensor,
+    source_mask: torch.Tensor | None,  # the forward pass's mask object, if any: the folded mask is built once for it
+    boolean_mask: Callable[[], torch.Tensor],  # (B, 1, Q, L) bool
+    scale: float,
+) -> torch.Tensor:
+    """SDPA once on the folded query `(B, H_kv, G·Q, D)`, the mask repeated for each group and made additive."""
+    batch, heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+
+    def folded_mask() -> torch.Tensor:  # (B, 1, G·Q, L)
+        return _additive(boolean_mask().repeat(1, 1, groups, 1), query.dtype)
+
+    mask = _PREFILL_MASKS.get(source_mask, folded_mask) if source_mask is not None else folded_mask()
+    folded = query.reshape(batch, kv_heads, groups * length, dim)
+    return nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scale)
 
 
 def _attention_after_prefix(
@@ -94,13 +111,12 @@ def _attention_after_prefix(
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,  # (B, 1, Q, L) bool over the own columns; None = causal (all, if Q = 1)
     prefix: SharedPrefix,
-    scaling: float | None,
+    scale: float,
 ) -> torch.Tensor:
-    """Attention over `prefix` followed by each row's own columns, output `(B, Q, H, D)`."""
+    """Attention over `prefix` followed by each row's own columns, output `(B, H_kv, G·Q, D)` (folded)."""
     batch, heads, length, dim = query.shape
     kv_heads, own = key.shape[1], key.shape[2]
     groups = heads // kv_heads
-    scale = scaling if scaling is not None else dim**-0.5
     prefix_keys, prefix_values = prefix.layers[module.layer_idx]  # (1, H_kv, P, D)
     given_mask = attention_mask
     if attention_mask is None:  # transformers leaves out a mask that would only be causal
@@ -111,13 +127,10 @@ def _attention_after_prefix(
         keys = torch.cat([prefix_keys.expand(batch, -1, -1, -1), key], dim=2)
         values = torch.cat([prefix_values.expand(batch, -1, -1, -1), value], dim=2)
 
-        def folded_mask() -> torch.Tensor:  # (B, 1, G·Q, P + L)
-            return _additive(torch.cat([prefix_mask, attention_mask], dim=-1).repeat(1, 1, groups, 1), query.dtype)
+        def whole_mask() -> torch.Tensor:  # (B, 1, Q, P + L)
+            return torch.cat([prefix_mask, attention_mask], dim=-1)
 
-        mask = _PREFILL_MASKS.get(given_mask, folded_mask) if given_mask is not None else folded_mask()
-        folded = query.reshape(batch, kv_heads, groups * length, dim)
-        out = nn.functional.scaled_dot_product_attention(folded, keys, values, attn_mask=mask, scale=scale)
-        return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous()
+        return _folded_prefill(query, keys, values, given_mask, whole_mask, scale)
     # a decoding step: memory-bound, so the prefix is read once for all rows
     folded = query.reshape(batch, kv_heads, groups, dim)  # (B, H_kv, G, D)
     by_head = folded.transpose(0, 1).reshape(kv_heads, batch * groups, dim)  # (H_kv, B·G, D)
@@ -130,8 +143,7 @@ def _attention_after_prefix(
     prefix_weights, own_weights = weights.split([prefix_scores.shape[-1], own], dim=-1)
     prefix_weights = prefix_weights.transpose(0, 1).reshape(kv_heads, batch * groups, -1)  # (H_kv, B·G, P)
     from_prefix = torch.matmul(prefix_weights, prefix_values[0]).reshape(kv_heads, batch, groups, dim)
-    out = from_prefix.transpose(0, 1) + torch.matmul(own_weights, value)  # (B, H_kv, G, D)
-    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous()
+    return from_prefix.transpose(0, 1) + torch.matmul(own_weights, value)  # (B, H_kv, G, D)
 
 
 def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
