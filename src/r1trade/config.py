@@ -165,6 +165,11 @@ class ModelConfig(Section):
     gradient_checkpointing: bool = Field(
         False, description="recompute activations during the backward pass: less memory, slower updates"
     )
+    onednn: bool = Field(
+        True,
+        description="compute linear layers on CPU with oneDNN instead of torch's default BLAS (~2x faster on AMD"
+        " CPUs, same results to float32 rounding)",
+    )
     lora: LoraConfig = LoraConfig()
     critic: Literal["value_head", "separate"] = Field(
         "value_head",

@@ -49,6 +49,7 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from r1trade.agent.attention import use_decoding_attention
 from r1trade.agent.critic import Critic, backbone_hidden, causal_lm
+from r1trade.agent.onednn import use_onednn_linears
 from r1trade.agent.tokenizer import PAD_TOKEN, build_tiny_tokenizer
 from r1trade.config import ModelConfig
 from r1trade.errors import ConfigError, UsageError
@@ -91,7 +92,10 @@ class AgentModels:
 
 
 def load_agent_models(model_config: ModelConfig, *, seed: int) -> AgentModels:
-    """Build policy, tokenizer, critic and reference as `model_config` says; `seed` fixes adapter and head init."""
+    """Build policy, tokenizer, critic and reference as `model_config` says; `seed` fixes adapter and head init.
+
+    With `model_config.onednn`, every linear layer (adapters and value head included) computes through oneDNN.
+    """
     base, tokenizer = load_base_model(model_config)
     reference = None if model_config.lora.enabled else copy.deepcopy(base).requires_grad_(False).eval()
     separate = model_config.critic == "separate"
@@ -101,15 +105,21 @@ def load_agent_models(model_config: ModelConfig, *, seed: int) -> AgentModels:
         critic = Critic("value_head", policy, seed=seed)
     else:
         critic = Critic("separate", _make_trainable(critic_base, model_config, seed=seed + 1), seed=seed)
+    if model_config.onednn:  # the adapters and the value head too
+        for model in (policy, critic):
+            use_onednn_linears(model)
     return AgentModels(policy.eval(), tokenizer, critic.eval(), reference, model_config)
 
 
 def load_base_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The pretrained causal LM named by `model_config.name_or_path` (no adapter) and its tokenizer.
 
-    Models that use SDPA attention switch to `grouped_query_attention` for decoding steps (same results, faster).
+    Models that use SDPA attention switch to `grouped_query_attention` for decoding steps (same results, faster);
+    with `model_config.onednn` the linear layers compute through oneDNN on CPU.
     """
     model, tokenizer = _load_named_model(model_config)
+    if model_config.onednn:
+        use_onednn_linears(model)
     return use_decoding_attention(model), tokenizer
 
 

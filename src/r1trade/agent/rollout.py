@@ -28,6 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 
 from r1trade.agent.attention import GROUPED_ATTENTION, SharedPrefix
+from r1trade.agent.onednn import packed_weights
 
 STOP_TEXT = "</tool_call>"
 
@@ -361,39 +362,50 @@ class RolloutEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            chunks = []
-            for env, seed, trajectory in zip(envs, seeds, trajectories, strict=True):
-                messages, _ = env.reset(seed=seed)
-                chunks.append(self.chat.context(messages))
-                trajectory.segments[0].extend(chunks[-1], sampled=False)
-            active = list(range(len(envs)))  # trajectory index of each cache row
-            cache, prefix, chunks = self._shared_prefix_cache(chunks)
-            while active:
-                logits = self._prefill(cache, chunks)
-                sampled, logprobs, stopped = self._decode(cache, logits, generator)
-                chunks, keep, restarts = [], [], {}
-                for row, index in enumerate(active):
-                    chunk = self._finish_turn(
-                        trajectories[index], envs[index], sampled[row], logprobs[row], stopped[row]
-                    )
-                    if chunk is None:
-                        continue
-                    ids = chunk.ids
-                    if chunk.restart:  # a fresh context: reuse the cached prefix it shares with every context
-                        restarts[len(keep)] = shared = prefix.shared_length(ids) if prefix else 0
-                        ids = ids[shared:]
-                    keep.append(row)
-                    chunks.append(ids)
-                active = [active[row] for row in keep]
-                if active and self.reuse_cache:
-                    cache.keep_rows(keep)
-                    cache.compact(restarts, prefix)
-                elif active:
-                    cache = _BatchCache(len(active), self.device)
-                    chunks = [trajectories[index].segments[-1].token_ids for index in active]
+            with packed_weights(self.model):
+                self._play(envs, seeds, trajectories, generator)
         finally:
             self.model.train(was_training)
         return trajectories
+
+    def _play(
+        self,
+        envs: Sequence[TextEnv],
+        seeds: Sequence[int | None],
+        trajectories: list[Trajectory],
+        generator: torch.Generator | None,
+    ) -> None:
+        """Reset every environment and take turns until all episodes are over, recording into `trajectories`."""
+        chunks = []
+        for env, seed, trajectory in zip(envs, seeds, trajectories, strict=True):
+            messages, _ = env.reset(seed=seed)
+            chunks.append(self.chat.context(messages))
+            trajectory.segments[0].extend(chunks[-1], sampled=False)
+        active = list(range(len(envs)))  # trajectory index of each cache row
+        cache, prefix, chunks = self._shared_prefix_cache(chunks)
+        while active:
+            logits = self._prefill(cache, chunks)
+            sampled, logprobs, stopped = self._decode(cache, logits, generator)
+            chunks, keep, restarts = [], [], {}
+            for row, index in enumerate(active):
+                chunk = self._finish_turn(
+                    trajectories[index], envs[index], sampled[row], logprobs[row], stopped[row]
+                )
+                if chunk is None:
+                    continue
+                ids = chunk.ids
+                if chunk.restart:  # a fresh context: reuse the cached prefix it shares with every context
+                    restarts[len(keep)] = shared = prefix.shared_length(ids) if prefix else 0
+                    ids = ids[shared:]
+                keep.append(row)
+                chunks.append(ids)
+            active = [active[row] for row in keep]
+            if active and self.reuse_cache:
+                cache.keep_rows(keep)
+                cache.compact(restarts, prefix)
+            elif active:
+                cache = _BatchCache(len(active), self.device)
+                chunks = [trajectories[index].segments[-1].token_ids for index in active]
 
     # ------------------------------------------------------------------ model calls
 
