@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from r1trade.agent import attention
 from r1trade.agent.attention import (
     GROUPED_ATTENTION,
     SharedPrefix,
@@ -38,10 +39,28 @@ def test_one_decoding_step_equals_sdpa_with_repeated_heads() -> None:
     torch.testing.assert_close(unmasked, _sdpa_reference(query, key, value, None, 0.3))
 
 
-def test_a_masked_prefill_over_a_cache_equals_sdpa_with_repeated_heads() -> None:
+@pytest.mark.parametrize(
+    ("scores_per_chunk", "dtype", "projected"),
+    [
+        (1 << 22, torch.float32, False),  # oneDNN products, all 15 folded queries of a row and head at once
+        (12, torch.float32, False),  # one folded query per chunk
+        (60, torch.float32, False),  # 5 per chunk: chunks cut across the folded query heads
+        (1 << 22, torch.float32, True),  # keys and values viewed out of a projection: rows strided across heads
+        (1 << 22, torch.float64, False),  # not a oneDNN type: SDPA
+    ],
+)
+def test_a_masked_prefill_over_a_cache_equals_sdpa_with_repeated_heads(
+    monkeypatch, scores_per_chunk, dtype, projected
+) -> None:
+    monkeypatch.setattr(attention, "_SCORES_PER_CHUNK", scores_per_chunk)
     torch.manual_seed(1)
-    query = torch.randn(3, 6, 5, 8)  # 5 new tokens per row, 6 query heads over 2 key/value heads
-    key, value = torch.randn(3, 2, 12, 8), torch.randn(3, 2, 12, 8)  # 7 cached columns + the 5 new ones
+    query = torch.randn(3, 6, 5, 8, dtype=dtype)  # 5 new tokens per row, 6 query heads over 2 key/value heads
+    if projected:  # (B, L, H_kv·D) -> (B, H_kv, L, D) as the model's projections give them
+        key, value = (torch.randn(3, 12, 2 * 8).view(3, 12, 2, 8).transpose(1, 2) for _ in range(2))
+        assert key.stride(-2) == 16
+    else:
+        key = torch.randn(3, 2, 12, 8, dtype=dtype)  # 7 cached columns + the 5 new ones
+        value = torch.randn(3, 2, 12, 8, dtype=dtype)
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     mask = torch.ones(3, 1, 5, 12, dtype=torch.bool)
     mask[..., 7:] = causal
@@ -152,3 +171,13 @@ def test_a_prefill_mask_is_built_once_per_forward_pass_and_dropped_with_it() -> 
     assert masks.get(second, build(second)).tolist() == [[0.0, 0.0]] and len(builds) == 2  # the next pass
     del second
     assert masks._mask is None  # freed with the pass's mask
+
+
+def test_only_keys_strided_across_heads_are_copied_for_onednn() -> None:
+    """oneDNN's products need dense (L, D) blocks; a cache buffer's slice has them and is used as it is."""
+    buffer = torch.randn(2, 3, 16, 8)  # (B, H_kv, capacity, D)
+    cached = buffer[:, :, :10]
+    assert attention._dense_rows(cached) is cached
+    projected = torch.randn(2, 10, 3 * 8).view(2, 10, 3, 8).transpose(1, 2)
+    dense = attention._dense_rows(projected)
+    assert dense is not projected and dense.stride(-2) == 8 and torch.equal(dense, projected)
