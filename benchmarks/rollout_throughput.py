@@ -3,8 +3,9 @@
 (a) one environment at a time, the whole context re-encoded every turn (no cache reuse);
 (b) all environments batched, the KV cache reused across turns (only new observations are prefilled).
 Both play the same episodes (same seeds, greedy decoding). Run: `python benchmarks/rollout_throughput.py`.
-`--profile` also splits (b)'s time into decoding steps, prefill and the rest; `--dtype bfloat16` casts the model;
-`--copy-prefix` makes (b) copy the system prompt's cache into every row instead of sharing one copy.
+`--profile` also splits each mode's time into decoding steps, prefill (attention apart) and the rest;
+`--dtype bfloat16` casts the model; `--copy-prefix` makes (b) copy the system prompt's cache into every row instead
+of sharing one copy; `--no-onednn` computes the linear layers with torch's default BLAS.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import time
 from collections import defaultdict
 
 import torch
+from transformers import AttentionInterface
 
+from r1trade.agent.attention import GROUPED_ATTENTION, grouped_query_attention
 from r1trade.agent.model import load_agent_models
 from r1trade.agent.rollout import RolloutEngine, SamplingConfig
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
+from r1trade.runtime import keep_freed_memory
 
 
 def measure(engine: RolloutEngine, config, seeds: list[int], batch: int) -> tuple[int, float]:
@@ -33,7 +37,8 @@ def measure(engine: RolloutEngine, config, seeds: list[int], batch: int) -> tupl
 
 
 def profile_model_calls(engine: RolloutEngine) -> dict[str, float]:
-    """Time every model call of `engine` by kind (prefill: several new columns; decode: one) into the returned dict."""
+    """Time every model call of `engine` by kind (prefill: several new columns; decode: one) into the returned dict,
+    and the attention inside them (the rollout attention, re-registered with a timer)."""
     stats: dict[str, float] = defaultdict(float)
     forward = engine._forward
 
@@ -47,8 +52,23 @@ def profile_model_calls(engine: RolloutEngine) -> dict[str, float]:
         stats[f"{kind} real tokens"] += int(attention.sum())
         return logits
 
+    def timed_attention(module, query, *args, **kwargs):
+        started = time.perf_counter()
+        out = grouped_query_attention(module, query, *args, **kwargs)
+        stats[f"{'prefill' if query.shape[2] > 1 else 'decode'} attention seconds"] += time.perf_counter() - started
+        return out
+
     engine._forward = timed
+    AttentionInterface.register(GROUPED_ATTENTION, timed_attention)
     return stats
+
+
+def report(label: str, tokens: int, seconds: float, stats: dict[str, float]) -> None:
+    print(f"{label}: {tokens:6d} tokens in {seconds:7.1f} s = {tokens / seconds:7.1f} tok/s", flush=True)
+    for key, value in stats.items():
+        print(f"    {key}: {value:,.1f}")
+    if stats:
+        print(f"    everything else: {seconds - stats['decode seconds'] - stats['prefill seconds']:.1f} s")
 
 
 def main() -> None:
@@ -60,10 +80,13 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--modes", default="ab", help="which of (a) and (b) to run, e.g. b to re-measure (b) alone")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--profile", action="store_true", help="split (b)'s time into decoding, prefill and the rest")
+    parser.add_argument("--profile", action="store_true", help="split the time: decoding, prefill, attention, rest")
     parser.add_argument("--copy-prefix", action="store_true", help="(b) copies the system prompt's cache per row")
+    parser.add_argument("--no-onednn", action="store_true", help="linear layers by torch's default BLAS")
     args = parser.parse_args()
-    config = load_config(args.config, [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false"])
+    keep_freed_memory()
+    overrides = [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false"]
+    config = load_config(args.config, [*overrides, f"model.onednn={not args.no_onednn}"])
     models = load_agent_models(config.model, seed=0)
     models.policy.to(getattr(torch, args.dtype))
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=True)
@@ -76,20 +99,15 @@ def main() -> None:
           f"python {platform.python_version()}, torch {torch.__version__}", flush=True)
     rates = {}
     if "a" in args.modes:
+        stats = profile_model_calls(slow) if args.profile else {}
         tokens, seconds = measure(slow, config, seeds[: args.sequential], 1)
         rates["a"] = tokens / seconds
-        print(f"(a) 1 env, no cache reuse : {tokens:6d} tokens in {seconds:7.1f} s = {rates['a']:7.1f} tok/s",
-              flush=True)
+        report("(a) 1 env, no cache reuse ", tokens, seconds, stats)
     if "b" in args.modes:
         stats = profile_model_calls(fast) if args.profile else {}
         tokens, seconds = measure(fast, config, seeds, args.envs)
         rates["b"] = tokens / seconds
-        print(f"(b) {args.envs} envs, cache reuse : {tokens:6d} tokens in {seconds:7.1f} s = {rates['b']:7.1f} tok/s")
-        for key, value in stats.items():
-            print(f"    {key}: {value:,.1f}")
-        if stats:
-            rest = seconds - stats["decode seconds"] - stats["prefill seconds"]
-            print(f"    everything else: {rest:.1f} s")
+        report(f"(b) {args.envs} envs, cache reuse ", tokens, seconds, stats)
     if len(rates) == 2:
         print(f"ratio (b)/(a): {rates['b'] / rates['a']:.1f}x")
 

@@ -2,7 +2,8 @@
 
 A synthetic rollout batch (random token ids, a quarter of them marked as sampled) goes through the trainer's
 scoring pass (old/reference log-probs and values, no gradients) and one epoch of optimisation. Each mode runs in a
-fresh process so its peak RSS is its own. Run: `python benchmarks/update_throughput.py [--rows 8 --tokens 512]`.
+fresh process so its peak RSS is its own. Run: `python benchmarks/update_throughput.py [--rows 8 --tokens 512]`;
+`--no-onednn` computes the linear layers with torch's default BLAS.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from pathlib import Path
 
 import torch
 
+from r1trade.runtime import keep_freed_memory
 
-def one_mode(lora: bool, rows: int, tokens: int) -> dict:
+
+def one_mode(lora: bool, rows: int, tokens: int, onednn: bool) -> dict:
     from r1trade.agent.model import load_agent_models
     from r1trade.config import load_config
     from r1trade.rl.batch import RolloutBatch, compute_advantages
@@ -28,7 +31,7 @@ def one_mode(lora: bool, rows: int, tokens: int) -> dict:
     config = load_config(
         "btc_momentum",
         [f"model.lora.enabled={str(lora).lower()}", "train.epochs=1", f"train.minibatch_size={rows}",
-         "train.micro_batch_size=2"],
+         "train.micro_batch_size=2", f"model.onednn={onednn}"],
     )
     models = load_agent_models(config.model, seed=0)
     trainer = Trainer(config, models, lambda n: [], Path("/tmp/r1trade-bench-run"))
@@ -66,17 +69,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--no-onednn", action="store_true", help="linear layers by torch's default BLAS")
     parser.add_argument("--mode", choices=["lora", "full"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    keep_freed_memory()
     if args.mode:
-        print(json.dumps(one_mode(args.mode == "lora", args.rows, args.tokens)))
+        print(json.dumps(one_mode(args.mode == "lora", args.rows, args.tokens, not args.no_onednn)))
         return
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"python {platform.python_version()}, torch {torch.__version__}; batch {args.rows} x {args.tokens} tokens")
+          f"python {platform.python_version()}, torch {torch.__version__}; batch {args.rows} x {args.tokens} tokens; "
+          f"linear layers by {'torch default BLAS' if args.no_onednn else 'oneDNN'}")
     results = []
     for mode in ("lora", "full"):
         out = subprocess.run([sys.executable, __file__, "--mode", mode, "--rows", str(args.rows),
-                              "--tokens", str(args.tokens)], capture_output=True, text=True, check=True)
+                              "--tokens", str(args.tokens), *(["--no-onednn"] if args.no_onednn else [])],
+                             capture_output=True, text=True, check=True)
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     for r in results:
         print(f"{r['mode']:>15}: trainable {r['trainable'] / 1e6:7.2f} M of {r['parameters'] / 1e6:.1f} M | "

@@ -16,6 +16,7 @@ from rich.table import Table
 from r1trade import __version__
 from r1trade.config import Config, load_config
 from r1trade.errors import R1TradeError, TrainingInterrupted, UsageError
+from r1trade.runtime import keep_freed_memory
 
 app = typer.Typer(
     name="r1trade",
@@ -374,6 +375,7 @@ def backtest(
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; known errors become one line on stderr and an exit code (2 usage/config, 1 runtime)."""
     args = sys.argv[1:] if argv is None else argv
+    keep_freed_memory()
     try:
         result = app(args=args, prog_name="r1trade", standalone_mode=False)
     except R1TradeError as exc:
