@@ -94,7 +94,8 @@ class AgentModels:
 def load_agent_models(model_config: ModelConfig, *, seed: int) -> AgentModels:
     """Build policy, tokenizer, critic and reference as `model_config` says; `seed` fixes adapter and head init.
 
-    With `model_config.onednn`, every linear layer (adapters and value head included) computes through oneDNN.
+    With `model_config.onednn` every linear layer, adapters and value head included, becomes a `OneDNNLinear`
+    (those large enough to gain compute through oneDNN).
     """
     base, tokenizer = load_base_model(model_config)
     reference = None if model_config.lora.enabled else copy.deepcopy(base).requires_grad_(False).eval()
@@ -105,7 +106,7 @@ def load_agent_models(model_config: ModelConfig, *, seed: int) -> AgentModels:
         critic = Critic("value_head", policy, seed=seed)
     else:
         critic = Critic("separate", _make_trainable(critic_base, model_config, seed=seed + 1), seed=seed)
-    if model_config.onednn:  # the adapters and the value head too
+    if model_config.onednn:  # the adapters and the value head, added after the base model was loaded
         for model in (policy, critic):
             use_onednn_linears(model)
     return AgentModels(policy.eval(), tokenizer, critic.eval(), reference, model_config)

@@ -70,7 +70,7 @@ class OneDNNLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
-        if not _suits_onednn(weight) or x.device.type != "cpu" or weight.dtype != x.dtype:
+        if not _suits_onednn(weight) or weight.dtype != x.dtype:
             return super().forward(x)
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or _requires_grad(self.bias)):
             return _LinearFunction.apply(x, weight, self.bias)
