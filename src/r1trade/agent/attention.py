@@ -34,7 +34,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from r1trade.agent.onednn import onednn_available, onednn_linear
+from r1trade.agent.onednn import onednn_computes, onednn_linear
 
 GROUPED_ATTENTION = "r1trade_grouped"
 
@@ -75,12 +75,11 @@ def grouped_query_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
     elif decoding:
-        folded = query.reshape(batch, kv_heads, groups, dim)  # (B, H_kv, G, D)
-        scores = torch.matmul(folded, key.transpose(-1, -2)) * scale  # (B, H_kv, G, L)
+        folded = query.reshape(batch, kv_heads, groups, dim) * scale  # (B, H_kv, G, D): scaled before the product
+        scores = torch.matmul(folded, key.transpose(-1, -2))  # (B, H_kv, G, L)
         if attention_mask is not None:
-            # The dtype's lowest value rather than -inf: a row with nothing to attend to (a padding step) stays finite.
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        out = torch.matmul(scores.softmax(dim=-1), value)  # (B, H_kv, G, D)
+            scores.add_(_MASKS.get(attention_mask, lambda: _additive(attention_mask, scores.dtype)))
+        out = torch.matmul(torch.softmax(scores, dim=-1, out=scores), value)  # (B, H_kv, G, D)
     else:
         out = _folded_prefill(query, key, value, attention_mask, lambda: attention_mask, scale)
     out = out.reshape(batch, heads, length, dim)  # (B, H, Q, D)
@@ -95,7 +94,8 @@ def _folded_prefill(
     boolean_mask: Callable[[], torch.Tensor],  # (B, 1, Q, L) bool
     scale: float,
 ) -> torch.Tensor:
-    """SDPA once on the folded query `(B, H_kv, G·Q, D)`, the mask repeated for each group and made additive."""
+    """Attention of the folded query `(B, H_kv, G·Q, D)`, the mask repeated for each group and made additive, by
+    oneDNN's products on CPU (`_explicit_attention`) and by SDPA elsewhere."""
     batch, heads, length, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
@@ -105,8 +105,8 @@ def _folded_prefill(
 
     mask = _MASKS.get(source_mask, folded_mask) if source_mask is not None else folded_mask()
     folded = query.reshape(batch, kv_heads, groups * length, dim)
-    if query.device.type == "cpu" and query.dtype in (torch.float32, torch.bfloat16) and onednn_available():
-        return _explicit_attention(folded, key, value, mask, scale)
+    if onednn_computes(query):
+        return _explicit_attention(folded, key, value, mask.expand(batch, -1, -1, -1), scale)
     return nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scale)
 
 
@@ -164,7 +164,7 @@ def _attention_after_prefix(
         attention_mask = torch.ones(length, own, dtype=torch.bool, device=query.device).tril(own - length)
         attention_mask = attention_mask.expand(batch, 1, length, own)
     prefix_mask = prefix.attention[:, None, None, :].expand(batch, 1, length, prefix.attention.shape[1])
-    if length > 1:  # a prefill: compute-bound, so the prefix is copied per row and SDPA does the rest
+    if length > 1:  # a prefill: compute-bound, so the prefix is copied per row and `_folded_prefill` does the rest
         keys = torch.cat([prefix_keys.expand(batch, -1, -1, -1), key], dim=2)
         values = torch.cat([prefix_values.expand(batch, -1, -1, -1), value], dim=2)
 

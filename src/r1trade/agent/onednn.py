@@ -77,8 +77,13 @@ class OneDNNLinear(nn.Linear):
         return onednn_linear(x, self.packed if self.packed is not None else weight, self.bias)
 
 
+def onednn_computes(tensor: torch.Tensor) -> bool:
+    """True when oneDNN's products take `tensor`: a float32 or bfloat16 tensor on CPU, in a build with oneDNN."""
+    return tensor.device.type == "cpu" and tensor.dtype in _DTYPES and onednn_available()
+
+
 def _suits_onednn(weight: torch.Tensor) -> bool:
-    return weight.device.type == "cpu" and weight.dtype in _DTYPES and weight.numel() >= MIN_WEIGHT_ELEMENTS
+    return weight.numel() >= MIN_WEIGHT_ELEMENTS and onednn_computes(weight)
 
 
 def _requires_grad(tensor: torch.Tensor | None) -> bool:
