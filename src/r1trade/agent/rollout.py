@@ -27,7 +27,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 
-from r1trade.agent.attention import GROUPED_ATTENTION, SharedPrefix
+from r1trade.agent.attention import ROLLOUT_ATTENTIONS, SharedPrefix
 from r1trade.agent.onednn import packed_weights
 
 STOP_TEXT = "</tool_call>"
@@ -345,7 +345,7 @@ class RolloutEngine:
         self.chat = ChatTokens(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.device = next(model.parameters()).device
-        self.shared_prefix = reuse_cache and model.config._attn_implementation == GROUPED_ATTENTION
+        self.shared_prefix = reuse_cache and model.config._attn_implementation in ROLLOUT_ATTENTIONS
 
     @torch.no_grad()
     def run(
