@@ -38,7 +38,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from r1trade.agent.decode_kernel import decode_kernel, fits_kernel
-from r1trade.agent.onednn import onednn_computes, onednn_linear
+from r1trade.agent.onednn import has_dense_rows, onednn_computes, onednn_linear
 
 GROUPED_ATTENTION = "r1trade_grouped"
 KERNEL_ATTENTION = "r1trade_grouped_kernel"
@@ -155,8 +155,7 @@ def _explicit_attention(
 
 def _dense_rows(tensor: torch.Tensor) -> torch.Tensor:
     """`tensor` (..., L, D) with every (L, D) block dense: itself if it is (a cache buffer's slice is), else a copy."""
-    dense = tensor.stride(-1) == 1 and (tensor.shape[-2] <= 1 or tensor.stride(-2) == tensor.shape[-1])
-    return tensor if dense else tensor.contiguous()
+    return tensor if has_dense_rows(tensor) else tensor.contiguous()
 
 
 def _kernel_step(

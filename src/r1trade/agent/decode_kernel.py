@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from r1trade.agent.onednn import has_dense_rows
 from r1trade.cache import cache_home
 
 SOURCE = Path(__file__).with_name("decode_attention.c")
@@ -105,14 +106,10 @@ class DecodeKernel:
 
 
 def fits_kernel(*tensors: torch.Tensor) -> bool:
-    """True when the kernel can read these (…, L, D) tensors as they are: float32 on CPU, each column's D numbers
-    contiguous and columns back to back, D a multiple of 16."""
+    """True when the kernel can read these (…, L, D) tensors as they are: float32 on CPU with dense rows
+    (`has_dense_rows`), D a multiple of 16."""
     return all(
-        t.dtype == torch.float32
-        and t.device.type == "cpu"
-        and t.shape[-1] % LANES == 0
-        and t.stride(-1) == 1
-        and (t.shape[-2] <= 1 or t.stride(-2) == t.shape[-1])
+        t.dtype == torch.float32 and t.device.type == "cpu" and t.shape[-1] % LANES == 0 and has_dense_rows(t)
         for t in tensors
     )
 

@@ -82,6 +82,12 @@ def onednn_computes(tensor: torch.Tensor) -> bool:
     return tensor.device.type == "cpu" and tensor.dtype in _DTYPES and onednn_available()
 
 
+def has_dense_rows(tensor: torch.Tensor) -> bool:
+    """True when every (L, D) block of `tensor` (…, L, D) is dense: each row's D numbers contiguous and the rows
+    back to back (a cache buffer's slice is; keys viewed out of a projection, strided across heads, are not)."""
+    return tensor.stride(-1) == 1 and (tensor.shape[-2] <= 1 or tensor.stride(-2) == tensor.shape[-1])
+
+
 def _suits_onednn(weight: torch.Tensor) -> bool:
     return weight.numel() >= MIN_WEIGHT_ELEMENTS and onednn_computes(weight)
 
