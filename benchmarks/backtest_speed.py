@@ -25,6 +25,7 @@ import pandas as pd
 
 from r1trade.backtest import run_vectorized
 from r1trade.backtest.strategies import sma_crossover
+from r1trade.runtime import cpu_header
 
 FAST, SLOW = 20, 50
 FEE_BPS, SLIPPAGE_BPS = 10.0, 5.0
@@ -138,15 +139,6 @@ def backtesting_full(data: pd.DataFrame) -> float:
     return float(backtest.run()["Return [%]"])
 
 
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo, or the machine type elsewhere."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.machine()
-
-
 def best_seconds(repeats: int, fn: Callable[..., object], *args: object) -> tuple[float, object]:
     """Fastest wall time of fn(*args) over `repeats` calls, and the last call's value."""
     best, value = float("inf"), None
@@ -191,10 +183,8 @@ def main() -> None:
     backtesting_full(backtesting_frame(warm))
     ours(warm)
 
-    print(
-        f"machine: {os.cpu_count()} CPUs ({cpu_model()}), Python {platform.python_version()}, "
-        f"numpy {np.__version__}, pandas {pd.__version__}"
-    )
+    print(cpu_header())
+    print(f"Python {platform.python_version()}, numpy {np.__version__}, pandas {pd.__version__}")
     header = (
         f"{'bars':>9} | {'ours':>12} | {'vectorbt':>12} | {'backtesting':>12} | {'ours/vbt':>8} | "
         f"{'ours/bt':>8} | {'engine ours':>12} | {'engine vbt':>12} | returns % (ours, vbt, bt)"

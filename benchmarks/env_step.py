@@ -19,6 +19,7 @@ import time
 from r1trade.config import load_config
 from r1trade.env import TradingEnv, make_envs
 from r1trade.env.trading_env import load_replay
+from r1trade.runtime import cpu_header
 
 
 def _call(name: str, reasoning: str, **arguments: object) -> str:
@@ -68,7 +69,8 @@ def main() -> None:
     sixteen = time.perf_counter() - started
     env = envs[0]
 
-    print(f"python {platform.python_version()} · {platform.machine()} · config {args.config} · "
+    print(cpu_header())
+    print(f"python {platform.python_version()} · config {args.config} · "
           f"train split {len(replay):,} bars · indicators {', '.join(config.env.indicators)}")
     print(f"market replay build (load, split, indicators, sentiment proxy): {build:.2f} s; "
           f"16 envs sharing it: {sixteen * 1e3:.1f} ms")

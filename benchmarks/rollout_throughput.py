@@ -24,7 +24,7 @@ from r1trade.agent.model import load_agent_models
 from r1trade.agent.rollout import RolloutEngine, SamplingConfig
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
-from r1trade.runtime import keep_freed_memory
+from r1trade.runtime import cpu_header, keep_freed_memory
 
 
 def measure(engine: RolloutEngine, config, seeds: list[int], batch: int) -> tuple[int, float]:
@@ -101,8 +101,9 @@ def main() -> None:
     fast = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=True)
     fast.shared_prefix = fast.shared_prefix and not args.copy_prefix
     measure(fast, config, seeds[:1], 1)  # warm-up
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"python {platform.python_version()}, torch {torch.__version__}", flush=True)
+    print(cpu_header())
+    print(f"{torch.get_num_threads()} torch threads, python {platform.python_version()}, torch {torch.__version__}",
+          flush=True)
     rates = {}
     if "a" in args.modes:
         stats = profile_model_calls(slow) if args.profile else {}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from r1trade.runtime import keep_freed_memory
+from r1trade.runtime import cpu_header, keep_freed_memory
 
 
 def one_mode(lora: bool, rows: int, tokens: int, onednn: bool) -> dict:
@@ -76,8 +76,9 @@ def main() -> None:
     if args.mode:
         print(json.dumps(one_mode(args.mode == "lora", args.rows, args.tokens, not args.no_onednn)))
         return
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"python {platform.python_version()}, torch {torch.__version__}; batch {args.rows} x {args.tokens} tokens; "
+    print(cpu_header())
+    print(f"{torch.get_num_threads()} torch threads, python {platform.python_version()}, torch {torch.__version__}; "
+          f"batch {args.rows} x {args.tokens} tokens; "
           f"linear layers by {'torch default BLAS' if args.no_onednn else 'oneDNN'}")
     results = []
     for mode in ("lora", "full"):

@@ -109,7 +109,8 @@ def _folded_prefill(
     scale: float,
 ) -> torch.Tensor:
     """Attention of the folded query `(B, H_kv, G·Q, D)`, the mask repeated for each group and made additive, by
-    oneDNN's products on CPU (`_explicit_attention`) and by SDPA elsewhere."""
+    oneDNN's products on CPU (`_explicit_attention`) where oneDNN runs the dtype here (`onednn_computes`: not
+    bfloat16 on a CPU without AVX-512, for one), and by SDPA elsewhere."""
     batch, heads, length, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads

@@ -10,8 +10,10 @@ weights; the keys and values of masked columns are not read at all. ~0.37 ms a l
 It is compiled on first use with the system's C compiler (`$CC`, else `cc`: gcc 12 or later, or clang with
 OpenMP) for this machine's CPU (`-march=native`) and the model's head shape, into `<cache>/kernels/`
 (`r1trade.cache`), and loaded with ctypes. Loaded after torch, the library's OpenMP runtime is the one torch
-already holds, and it runs on torch's thread count. Without a compiler, or when the build fails, a warning says so
-once and attention keeps torch's products (same results to float32 rounding).
+already holds, and it runs on torch's thread count. A library built on another CPU is not reused (the build's
+name covers the CPU's model and flags), and a loaded kernel first computes a small step whose result torch checks.
+Without a compiler, when the build fails, or when that check does not pass, a warning says so once and attention
+keeps torch's products (same results to float32 rounding).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def decode_kernel(groups: int, head_dim: int) -> DecodeKernel | None:
     with _LOCK:
         if key not in _KERNELS:
             try:
-                _KERNELS[key] = _load(build(groups, head_dim), groups, head_dim)
+                _KERNELS[key] = _checked(_load(build(groups, head_dim), groups, head_dim))
             except KernelBuildError as error:
                 log.warning("decoding attention stays with torch: %s", error)
                 _KERNELS[key] = None
@@ -164,6 +166,29 @@ def _load(library: Path, groups: int, head_dim: int) -> DecodeKernel:
     ]
     function.restype = ctypes.c_int
     return DecodeKernel(groups, head_dim, function)
+
+
+def _checked(kernel: DecodeKernel) -> DecodeKernel:
+    """`kernel` once it gave torch's result on a small step (prefix, masked columns, a strided cache slice)."""
+    cpu = {"generator": torch.Generator().manual_seed(0), "device": "cpu"}  # the global generator is left alone
+    rows, kv_heads, own, prefix_length, dim = 2, 2, 7, 5, kernel.head_dim
+    query = torch.randn(rows, kv_heads, kernel.groups, dim, **cpu)
+    keys, values = (torch.randn(rows, kv_heads, own + 3, dim, **cpu)[:, :, :own] for _ in range(2))
+    prefix = tuple(torch.randn(1, kv_heads, prefix_length, dim, **cpu) for _ in range(2))
+    mask = torch.zeros(rows, prefix_length + own, device="cpu")
+    mask[0, prefix_length : prefix_length + 2] = mask[1, 1] = torch.finfo(torch.float32).min
+    try:
+        out = kernel(query, keys, values, mask, 0.25, prefix)
+    except (ValueError, MemoryError, ctypes.ArgumentError) as error:
+        raise KernelBuildError(f"the compiled kernel failed its check: {error}") from error
+    all_keys = torch.cat([prefix[0].expand(rows, -1, -1, -1), keys], dim=2).double()
+    all_values = torch.cat([prefix[1].expand(rows, -1, -1, -1), values], dim=2).double()
+    scores = query.double() @ all_keys.transpose(-1, -2) * 0.25 + mask.double()[:, None, None, :]
+    expected = torch.softmax(scores, dim=-1) @ all_values
+    error = (out.double() - expected).abs().max().item() if out.shape == expected.shape else float("inf")
+    if not error <= 1e-4:
+        raise KernelBuildError(f"the compiled kernel gives wrong results on this CPU (largest error {error:.3g})")
+    return kernel
 
 
 def _compiler() -> str:
