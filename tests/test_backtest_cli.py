@@ -104,3 +104,15 @@ def test_an_empty_checkpoint_directory_is_refused_in_one_line(capsys, tmp_path: 
     assert code == 2
     assert f"incomplete checkpoint '{checkpoint}': missing policy, critic" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_min_annualise_days_blanks_cagr_and_says_why(capsys, tmp_path: Path) -> None:
+    # the smoke test split spans about 125 days: a 200-day minimum leaves CAGR, Sortino and Calmar out
+    args = ["backtest", "--config", "smoke", "--strategy", "buy_and_hold", "--out", str(tmp_path),
+            "--set", "backtest.min_annualise_days=200"]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "metrics.json").read_text())["strategies"]["buy_and_hold"]
+    assert all(metrics[row] is None for row in ("CAGR [%]", "Sortino Ratio", "Calmar Ratio"))
+    assert metrics["Sharpe Ratio"] is not None
+    assert "are not shown (—)" in out and "backtest.min_annualise_days (200)" in out

@@ -5,6 +5,8 @@ import pandas as pd
 import pytest
 
 from r1trade.backtest.metrics import (
+    EXTRAPOLATED,
+    annualisation_note,
     compute_metrics,
     drawdown,
     infer_bars_per_year,
@@ -37,11 +39,14 @@ def test_golden_metrics_table() -> None:
     # Underwater bars: 99 and 108.9 (below 110), then 113.8005 (below 119.79) → longest run 2 bars
     # Trades pnl 5, -2, 3, 0 → 4 trades, 2 winners = 50 %, profit factor (5 + 3) / 2 = 4
     # Positions 0, 1, 1, 0, 1, 1 → exposure 4 / 6; traded notional = sum(equity) = 6 × mean → turnover 6
+    # The 5-day span is under the 30-day minimum, so by default CAGR, Sortino and Calmar are NaN ("—");
+    # min_annualise_days=0 computes them, which checks the formulas above.
     equity = series([100, 110, 99, 108.9, 119.79, 113.8005])
     trades = pd.DataFrame({"pnl": [5.0, -2.0, 3.0, 0.0]})
     positions = pd.Series([0, 1, 1, 0, 1, 1], index=equity.index, dtype=float)
     stats = compute_metrics(
-        equity, trades=trades, positions=positions, fees_paid=1.5, traded_notional=651.4905
+        equity, trades=trades, positions=positions, fees_paid=1.5, traded_notional=651.4905,
+        min_annualise_days=0,
     )
     cagr = 1.138005**73 - 1
     expected = {
@@ -70,10 +75,55 @@ def test_golden_metrics_table() -> None:
         assert stats[key] == (value if isinstance(value, pd.Timestamp) else pytest.approx(value, rel=1e-9)), (
             key
         )
+    short = compute_metrics(
+        equity, trades=trades, positions=positions, fees_paid=1.5, traded_notional=651.4905
+    )
+    assert list(short) == list(expected)
+    for key, value in expected.items():
+        if key in ("CAGR [%]", "Sortino Ratio", "Calmar Ratio"):
+            assert math.isnan(short[key]), key
+        else:
+            assert short[key] == stats[key], key
+
+
+def test_short_window_rule_worked_example() -> None:
+    # 33 hourly bars, +1 % each hour except a -2 % hour at bar 10: the span is 32 hours = 1.333 days.
+    # Return = 1.01 ** 31 * 0.98 - 1 = 33.4101 %; compounded over a year, 1.334101 ** (365 / 1.3333) - 1
+    # = 1.334101 ** 273.75 - 1 ≈ 1.86e34, a CAGR of ~1.9e36 %: meaningless. Under 30 days (the default
+    # backtest.min_annualise_days) CAGR, Sortino and Calmar are NaN; Return, Sharpe and volatility stay.
+    steps = [1.01] * 32
+    steps[9] = 0.98
+    equity = series(list(100 * np.cumprod([1.0, *steps])), "1h")
+    stats = compute_metrics(equity)
+    assert stats["Duration [days]"] == pytest.approx(32 / 24)
+    assert stats["Return [%]"] == pytest.approx(100 * (1.01**31 * 0.98 - 1))
+    for key in EXTRAPOLATED:
+        assert math.isnan(stats[key]), key
+    returns = np.array(steps) - 1
+    assert stats["Sharpe Ratio"] == pytest.approx(returns.mean() / returns.std(ddof=1) * math.sqrt(8760))
+    assert stats["Volatility (Ann.) [%]"] == pytest.approx(100 * returns.std(ddof=1) * math.sqrt(8760))
+    # the rule's threshold is configurable: 1 day lets the 1.33-day window through
+    lenient = compute_metrics(equity, min_annualise_days=1)
+    assert lenient["CAGR [%]"] == pytest.approx(100 * ((1.01**31 * 0.98) ** (365 / (32 / 24)) - 1))
+    assert lenient["CAGR [%]"] > 1e36
+    # exactly at the minimum the figures are shown: 30 daily bars span 29 days, 31 span 30
+    assert math.isnan(compute_metrics(series([100.0 + i for i in range(30)]))["CAGR [%]"])
+    assert not math.isnan(compute_metrics(series([100.0 + i for i in range(31)]))["CAGR [%]"])
+
+
+def test_annualisation_note_explains_the_dashes() -> None:
+    short = annualisation_note(32 / 24, bars_per_year=8760, min_annualise_days=30)
+    assert "CAGR [%], Sortino Ratio and Calmar Ratio are not shown (—)" in short
+    assert "1.33 days" in short and "backtest.min_annualise_days (30)" in short
+    assert "sqrt(8,760)" in short and "Sharpe Ratio" in short
+    long = annualisation_note(90, bars_per_year=8760, min_annualise_days=30)
+    assert "not shown" not in long and "sqrt(8,760)" in long
 
 
 def test_flat_equity_without_trades() -> None:
-    stats = compute_metrics(series([100.0] * 5), trades=pd.DataFrame({"pnl": []}), fees_paid=0.0)
+    stats = compute_metrics(
+        series([100.0] * 5), trades=pd.DataFrame({"pnl": []}), fees_paid=0.0, min_annualise_days=0
+    )
     assert stats["Return [%]"] == 0.0
     assert stats["CAGR [%]"] == 0.0
     assert stats["Volatility (Ann.) [%]"] == 0.0
@@ -155,7 +205,7 @@ def test_trade_stats_edge_cases() -> None:
 
 
 def test_ruin_gives_minus_100_percent_cagr() -> None:
-    stats = compute_metrics(series([100, 50, -10]))
+    stats = compute_metrics(series([100, 50, -10]), min_annualise_days=0)
     assert stats["CAGR [%]"] == -100.0
     assert stats["Max. Drawdown [%]"] == pytest.approx(-110.0)
 

@@ -196,3 +196,28 @@ def test_bad_baseline_parameters_are_config_errors(context: ReportContext, tmp_p
     context.config.backtest.params = {"sma_crosover": {"fast": 3}}
     with pytest.raises(ConfigError, match="unknown strategy 'sma_crosover'"):
         run_backtest(context.config, out_dir=tmp_path)
+
+
+def test_short_span_leaves_out_extrapolated_figures_with_a_note(
+    context: ReportContext, tmp_path: Path
+) -> None:
+    assert context.span_days < 30  # 300 hourly bars: 12.5 days
+    write_report([run_baseline("buy_and_hold", context)], context, tmp_path / "short")
+    document = json.loads((tmp_path / "short" / "metrics.json").read_text())
+    metrics = document["strategies"]["buy_and_hold"]
+    assert all(metrics[row] is None for row in ("CAGR [%]", "Sortino Ratio", "Calmar Ratio"))
+    assert isinstance(metrics["Sharpe Ratio"], float) and isinstance(metrics["Return [%]"], float)
+    assert document["min_annualise_days"] == 30
+    assert "are not shown (—)" in document["annualisation"] and "sqrt(8,760)" in document["annualisation"]
+    markdown = (tmp_path / "short" / "metrics.md").read_text()
+    assert "| CAGR [%] | — |" in markdown and markdown.rstrip().endswith(document["annualisation"])
+    page = (tmp_path / "short" / "report.html").read_text()
+    assert "backtest.min_annualise_days (30)" in page
+
+    context.config.backtest.min_annualise_days = 0
+    write_report([run_baseline("buy_and_hold", context)], context, tmp_path / "all")
+    document = json.loads((tmp_path / "all" / "metrics.json").read_text())
+    assert isinstance(document["strategies"]["buy_and_hold"]["CAGR [%]"], float)
+    assert "not shown" not in document["annualisation"]
+    markdown = (tmp_path / "all" / "metrics.md").read_text()
+    assert markdown.rstrip().splitlines()[-1].startswith("| ")  # no note below the table

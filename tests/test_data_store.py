@@ -56,6 +56,13 @@ def test_duplicates_and_disorder_are_errors(candles):
     assert kinds == {"non-monotonic timestamps": 1, "duplicate timestamps": 1}
 
 
+def test_report_range_is_earliest_to_latest_whatever_the_order(candles):
+    unordered = candles.iloc[[3, 0, 7, 1]]
+    report = validate_candles(unordered)
+    assert (report.start, report.end) == (candles.index[0], candles.index[7])
+    assert "non-monotonic timestamps" in [p.kind for p in report.errors]
+
+
 def test_gaps_are_counted_but_not_errors(candles):
     gappy = candles.drop(candles.index[[10, 11, 12, 50]])  # one 3-bar hole and one 1-bar hole
     report = validate_candles(gappy)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from r1trade.backtest.metrics import compute_metrics
+from r1trade.backtest.metrics import MIN_ANNUALISE_DAYS, compute_metrics
 
 CANDLE_COLUMNS = ("open", "high", "low", "close", "volume")
 # The columns of BacktestResult.fills and .trades, in order.
@@ -80,7 +80,11 @@ class BacktestResult:
         return float(self.fills["notional"].sum())
 
     def metrics(
-        self, *, bars_per_year: float | None = None, risk_free_rate: float = 0.0
+        self,
+        *,
+        bars_per_year: float | None = None,
+        risk_free_rate: float = 0.0,
+        min_annualise_days: float = MIN_ANNUALISE_DAYS,
     ) -> dict[str, float | pd.Timestamp]:
         """The `compute_metrics` table for this run."""
         return compute_metrics(
@@ -91,6 +95,7 @@ class BacktestResult:
             traded_notional=self.traded_notional,
             bars_per_year=bars_per_year,
             risk_free_rate=risk_free_rate,
+            min_annualise_days=min_annualise_days,
         )
 
 

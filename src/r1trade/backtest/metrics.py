@@ -2,6 +2,12 @@
 
 Crypto markets trade every day, so every annualisation uses a 365-day year. Money amounts (`Equity Final`,
 `Fees Paid`, ...) are in the quote currency of the traded pair. All helpers are pure functions.
+
+Below `MIN_ANNUALISE_DAYS` of elapsed time (`backtest.min_annualise_days`), the figures that extrapolate a
+window to a year (`EXTRAPOLATED`: CAGR, Sortino, Calmar) are NaN: compounding a 1.33-day return to a year
+(to the power 274) turns a few per cent into a CAGR of millions of per cent, which says nothing about the
+strategy. Sharpe and volatility stay; they scale per-bar figures by sqrt(bars per year), as
+`annualisation_note` states.
 """
 
 from __future__ import annotations
@@ -12,6 +18,10 @@ import numpy as np
 import pandas as pd
 
 SECONDS_PER_YEAR = 365 * 24 * 3600
+MIN_ANNUALISE_DAYS = 30.0
+"""Default shortest elapsed time, in days, for which `EXTRAPOLATED` figures are shown."""
+EXTRAPOLATED = ("CAGR [%]", "Sortino Ratio", "Calmar Ratio")
+"""Annualised figures left out (NaN) on windows shorter than the minimum span."""
 
 
 def infer_bars_per_year(index: pd.DatetimeIndex) -> float:
@@ -115,6 +125,7 @@ def compute_metrics(
     traded_notional: float | None = None,
     bars_per_year: float | None = None,
     risk_free_rate: float = 0.0,
+    min_annualise_days: float = MIN_ANNUALISE_DAYS,
 ) -> dict[str, float | pd.Timestamp]:
     """The statistics table of one backtest; every key is always present, NaN when undefined.
 
@@ -124,6 +135,8 @@ def compute_metrics(
     fees_paid, traded_notional: money totals; `Turnover` = traded_notional / mean(equity).
     bars_per_year: annualisation factor; inferred from the index spacing (365-day year) when None.
     risk_free_rate: annual, compounded to a per-bar rate (1 + rf) ** (1 / bars_per_year) - 1.
+    min_annualise_days: when the equity spans fewer days, the `EXTRAPOLATED` rows (CAGR, Sortino, Calmar) are
+      NaN; 0 always computes them.
 
     Formulas (r = per-bar simple returns of `equity`):
       Return [%] = 100 (final / initial - 1)
@@ -145,10 +158,11 @@ def compute_metrics(
     rf_per_bar = per_bar_rate(risk_free_rate, bpy) if risk_free_rate else 0.0
     max_dd = float(drawdown(equity).min())
     growth = cagr(equity)
-    return {
+    days = (equity.index[-1] - equity.index[0]).total_seconds() / 86400
+    table = {
         "Start": equity.index[0],
         "End": equity.index[-1],
-        "Duration [days]": (equity.index[-1] - equity.index[0]).total_seconds() / 86400,
+        "Duration [days]": days,
         "Exposure Time [%]": _exposure_pct(positions),
         "Equity Final": float(values[-1]),
         "Equity Peak": float(values.max()),
@@ -164,6 +178,32 @@ def compute_metrics(
         "Fees Paid": math.nan if fees_paid is None else float(fees_paid),
         "Turnover": math.nan if traded_notional is None else float(traded_notional / values.mean()),
     }
+    if too_short_to_annualise(days, min_annualise_days):
+        table.update(dict.fromkeys(EXTRAPOLATED, math.nan))
+    return table
+
+
+def too_short_to_annualise(days: float, min_annualise_days: float = MIN_ANNUALISE_DAYS) -> bool:
+    """Whether a window of `days` is too short for the `EXTRAPOLATED` figures."""
+    return days < min_annualise_days
+
+
+def annualisation_note(
+    days: float, *, bars_per_year: float, min_annualise_days: float = MIN_ANNUALISE_DAYS
+) -> str:
+    """How the annualised rows are computed; on a short window, also why CAGR, Sortino and Calmar show —."""
+    scaling = (
+        "Sharpe Ratio and Volatility (Ann.) scale the mean and std of per-bar returns by "
+        f"sqrt({bars_per_year:,.0f}), the bars in a 365-day year."
+    )
+    if not too_short_to_annualise(days, min_annualise_days):
+        return f"{scaling} CAGR compounds the return over a 365-day year."
+    shown = ", ".join(EXTRAPOLATED[:-1]) + " and " + EXTRAPOLATED[-1]
+    return (
+        f"{shown} are not shown (—): the evaluated span is {days:,.2f} days, under "
+        f"backtest.min_annualise_days ({min_annualise_days:g}), and extrapolating so short a window to a "
+        f"year gives meaningless figures. {scaling}"
+    )
 
 
 def _volatility(returns: np.ndarray) -> float:

@@ -138,26 +138,12 @@ def load_candles(path: str | Path) -> pd.DataFrame:
 def import_cryptodatadownload_csv(path: str | Path, *, timeframe: str = "1h") -> pd.DataFrame:
     """Read a CryptoDataDownload export: a banner line, newest-first rows, dates like `2019-10-17 09-AM`.
 
-    Volume is taken from the base-asset column (`volume_btc`, or `Volume <BASE>`), as ccxt reports it.
+    Volume is taken from the base-asset column (`volume_btc`, or `Volume <BASE>`), as ccxt reports it. Other
+    layouts, and detecting them: `r1trade.data.csv_import`.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"CSV file not found: '{path}'")
-    frame = pd.read_csv(path, skiprows=1)
-    frame.columns = [c.strip().lower().replace(" ", "_") for c in frame.columns]
-    raw_symbol = str(frame["symbol"].iloc[0]) if "symbol" in frame else "UNKNOWN"
-    base_volume = next((c for c in frame.columns if c.startswith("volume_") and c != "volume_usd"), None)
-    if base_volume is None:
-        raise DataError(f"'{path}': no base-asset volume column (expected e.g. volume_btc)")
-    stamps = pd.to_datetime(frame["date"], format="%Y-%m-%d %I-%p", errors="coerce")
-    stamps = stamps.fillna(pd.to_datetime(frame["date"], format="mixed", errors="coerce"))
-    if stamps.isna().any():
-        bad = frame.loc[stamps.isna(), "date"].head(3).tolist()
-        raise DataError(f"'{path}': unreadable dates such as {bad}")
-    frame = frame.assign(volume=frame[base_volume]).set_index(pd.DatetimeIndex(stamps).tz_localize("UTC"))
-    symbol = f"{raw_symbol[:-3]}/{raw_symbol[-3:]}" if "/" not in raw_symbol and len(raw_symbol) > 3 else raw_symbol
-    candles = make_candles(frame, symbol=symbol, timeframe=timeframe, source=f"CryptoDataDownload ({path.name})")
-    return candles.sort_index(kind="stable")
+    from r1trade.data.csv_import import import_candle_csv
+
+    return import_candle_csv(path, fmt="cryptodatadownload", timeframe=timeframe).candles
 
 
 # --------------------------------------------------------------------------- validation
@@ -187,6 +173,8 @@ class GapReport:
 
 @dataclass(frozen=True)
 class ValidationReport:
+    """What `validate_candles` found; `start` and `end` are the earliest and latest timestamps."""
+
     rows: int
     start: pd.Timestamp | None
     end: pd.Timestamp | None
@@ -251,8 +239,8 @@ def validate_candles(candles: pd.DataFrame, timeframe: str | None = None) -> Val
     )
     return ValidationReport(
         rows=len(candles),
-        start=index[0] if len(index) else None,
-        end=index[-1] if len(index) else None,
+        start=index.min() if len(index) else None,  # earliest and latest, whatever the row order
+        end=index.max() if len(index) else None,
         timeframe=timeframe,
         gaps=gaps,
         problems=problems,
