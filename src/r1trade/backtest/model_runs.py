@@ -2,8 +2,9 @@
 
 An LM decides slowly on a CPU, so a long split is cut into windows that are decoded together. Protocol:
 - The model decides every `env.decision_every` bars, from the split's first bar with `env.warmup_bars` bars of
-  history up to the last decision whose bars fit in the split; `backtest.max_decisions` keeps only the first
-  ones (then only the first part of the split is evaluated).
+  history (on generated data with a planted edge: the first end of a planted interval with that history) up to
+  the last decision whose bars fit in the split; `backtest.max_decisions` keeps only the first ones (then only
+  the first part of the split is evaluated).
 - The decisions are cut into `backtest.agent_windows` contiguous windows of whole decisions (sizes differ by
   at most one) and played as one batch: one TradingEnv per window with the run's env settings (fees, fixed
   and random slippage, cadence, tools), reset at the window's first bar with seed `seed + k` for window k
@@ -31,6 +32,7 @@ from r1trade.backtest.engine import TRADE_COLUMNS, round_trips
 from r1trade.backtest.metrics import compute_metrics
 from r1trade.backtest.report import ReportContext, StrategyRun
 from r1trade.config import Config
+from r1trade.data.synthetic import DecisionGrid, decision_grid
 from r1trade.errors import DataError
 
 if TYPE_CHECKING:
@@ -93,10 +95,15 @@ class WindowPlay:
         return self.start + len(self.equity) - 1
 
 
-def plan_windows(config: Config, bars: int) -> WindowPlan:
-    """The decision windows of a split of `bars` bars under `config.env` and `config.backtest`."""
+def plan_windows(config: Config, bars: int, *, grid: DecisionGrid | None = None) -> WindowPlan:
+    """The decision windows of a split of `bars` bars under `config.env` and `config.backtest`.
+
+    `grid`: where the planted intervals of generated data end; the first decision is then the first interval
+    end after the warm-up, so that every decision sees whole intervals, as in training.
+    """
     env, backtest = config.env, config.backtest
-    available = (bars - 1 - env.warmup_bars) // env.decision_every
+    first = env.warmup_bars if grid is None else grid.next_on_grid(env.warmup_bars)
+    available = (bars - 1 - first) // env.decision_every
     if available < 1:
         raise DataError(
             f"the {backtest.split} split has {bars} bars: too few for {env.warmup_bars} warm-up bars and a "
@@ -107,8 +114,14 @@ def plan_windows(config: Config, bars: int) -> WindowPlan:
     base, extra = divmod(total, count)
     decisions = tuple(base + (k < extra) for k in range(count))
     before = accumulate(decisions[:-1], initial=0)  # decisions in the earlier windows
-    starts = tuple(env.warmup_bars + env.decision_every * done for done in before)
+    starts = tuple(first + env.decision_every * done for done in before)
     return WindowPlan(starts=starts, decisions=decisions, every=env.decision_every, available=available)
+
+
+def context_plan(context: ReportContext) -> WindowPlan:
+    """`plan_windows` for the context's split (on the planted intervals' grid for generated data)."""
+    candles = context.split_candles
+    return plan_windows(context.config, len(candles), grid=decision_grid(candles))
 
 
 def chain_equity(curves: Sequence[pd.Series]) -> pd.Series:
@@ -167,7 +180,7 @@ def run_model(name: str, models: AgentModels, context: ReportContext, *, note: s
 
     sampling = sampling_from_config(context.config.rollout, greedy=True)
     engine = RolloutEngine(models.policy, models.tokenizer, sampling)
-    plan = plan_windows(context.config, len(context.split_candles))
+    plan = context_plan(context)
     return model_run(name, play_windows(engine, context, plan), context, plan, note=note)
 
 
@@ -238,6 +251,7 @@ def model_run(
         traded_notional=notional,
         bars_per_year=context.bars_per_year,
         risk_free_rate=context.config.backtest.risk_free_rate,
+        min_annualise_days=context.config.backtest.min_annualise_days,
     )
     return StrategyRun(
         name=name, equity=equity, trades=all_trades, metrics=metrics, extra=turn_stats(infos), note=note

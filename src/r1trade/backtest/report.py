@@ -7,6 +7,10 @@ as base64, no scripts), `metrics.md` (the metrics as a Markdown table) and the r
 
 JSON has no NaN or infinity, so metrics.json writes NaN as null and ±infinity as the strings "inf" / "-inf"
 (a profit factor without a losing trade is infinite).
+
+On a span shorter than `backtest.min_annualise_days`, CAGR, Sortino and Calmar are NaN (null in JSON, "—" in
+tables); `ReportContext.annualisation_note` says why, in metrics.json, metrics.md, the HTML page and the
+terminal.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from r1trade import __version__
-from r1trade.backtest.metrics import drawdown
+from r1trade.backtest.metrics import annualisation_note, drawdown, too_short_to_annualise
 from r1trade.config import Config
+from r1trade.data.source import describe_source
 from r1trade.data.splits import Splits
 
 HIGHER_IS_BETTER = frozenset({
@@ -117,6 +122,26 @@ class ReportContext:
         return len(self.candles) < len(self.split_candles)
 
     @property
+    def span_days(self) -> float:
+        """Elapsed time of the evaluated candles, first to last bar, in days."""
+        index = self.candles.index
+        return (index[-1] - index[0]).total_seconds() / 86400 if len(index) else 0.0
+
+    @property
+    def too_short_to_annualise(self) -> bool:
+        """Whether the evaluated span is under `backtest.min_annualise_days` (CAGR, Sortino, Calmar: NaN)."""
+        return too_short_to_annualise(self.span_days, self.config.backtest.min_annualise_days)
+
+    @property
+    def annualisation_note(self) -> str:
+        """How the annualised rows are computed and, on a short span, why some are not shown."""
+        return annualisation_note(
+            self.span_days,
+            bars_per_year=self.bars_per_year,
+            min_annualise_days=self.config.backtest.min_annualise_days,
+        )
+
+    @property
     def quote_currency(self) -> str:
         """The currency money is counted in: the part of the symbol after '/' (BTC/USD → USD)."""
         symbol = str(self.candles.attrs.get("symbol", ""))
@@ -138,7 +163,8 @@ def write_report(runs: list[StrategyRun], context: ReportContext, out_dir: Path)
     html_path = out_dir / "report.html"
     html_path.write_text(render_html(runs, context, png), encoding="utf-8")
     markdown_path = out_dir / "metrics.md"
-    markdown_path.write_text(markdown_table(runs), encoding="utf-8")
+    note = context.annualisation_note if context.too_short_to_annualise else None
+    markdown_path.write_text(markdown_table(runs, note=note), encoding="utf-8")
     return [metrics_path, trades_path, equity_path, png_path, html_path, markdown_path, context.config.save(out_dir)]
 
 
@@ -151,7 +177,12 @@ def metrics_document(runs: list[StrategyRun], context: ReportContext) -> dict[st
     index = candles.index
     return {
         "config": config.name,
-        "data": {"path": config.data.path, **{key: candles.attrs.get(key) for key in _DATA_ATTRS}},
+        "data": {
+            "path": config.data.path if config.data.source == "file" else None,
+            **{key: candles.attrs.get(key) for key in _DATA_ATTRS},
+            **({"synthetic": config.data.synthetic.model_dump(mode="json")} if config.data.source == "synthetic"
+               else {}),
+        },
         "split": context.split,
         "period": {"start": index[0].isoformat(), "end": index[-1].isoformat(), "bars": len(candles)},
         "evaluated_bars": {"first": context.first_bar, "last": context.first_bar + len(candles) - 1},
@@ -164,6 +195,8 @@ def metrics_document(runs: list[StrategyRun], context: ReportContext) -> dict[st
         },
         "bars_per_year": context.bars_per_year,
         "risk_free_rate": config.backtest.risk_free_rate,
+        "min_annualise_days": config.backtest.min_annualise_days,
+        "annualisation": context.annualisation_note,
         "strategies": {run.name: {key: _jsonable(value) for key, value in run.rows.items()} for run in runs},
         "notes": {run.name: run.note for run in runs if run.note},
     }
@@ -267,8 +300,11 @@ def comparison_tables(runs: list[StrategyRun], *, title: str, width: int | None 
     return tables
 
 
-def markdown_table(runs: list[StrategyRun]) -> str:
-    """Metrics × strategies as a GitHub-flavoured Markdown table (for pasting into docs), best values in bold."""
+def markdown_table(runs: list[StrategyRun], *, note: str | None = None) -> str:
+    """Metrics × strategies as a GitHub-flavoured Markdown table (for pasting into docs), best values in bold.
+
+    A `note` (e.g. why some annualised rows are "—") follows the table as a paragraph.
+    """
     best = best_strategies(runs)
 
     def cell(text: str) -> str:
@@ -284,6 +320,8 @@ def markdown_table(runs: list[StrategyRun]) -> str:
             text = cell(format_value(row, run.rows.get(row)))
             cells.append(f"**{text}**" if run.name in best.get(row, ()) else text)
         lines.append(f"| {cell(row)} | " + " | ".join(cells) + " |")
+    if note:
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -379,6 +417,7 @@ def render_html(runs: list[StrategyRun], context: ReportContext, png: bytes) -> 
         _facts_table(context),
         "<h2>Metrics</h2>",
         _metrics_table(runs),
+        f'<p class="note"><b>Annualisation</b>: {_e(context.annualisation_note)}</p>',
         *(f'<p class="note"><b>{_e(run.name)}</b>: {_e(run.note)}</p>' for run in runs if run.note),
         "<h2>Equity and drawdown</h2>",
         f'<img alt="equity curves and drawdowns" src="data:image/png;base64,{image}">',
@@ -412,7 +451,7 @@ def _facts_table(context: ReportContext) -> str:
     config, candles, env = context.config, context.candles, context.config.env
     attrs = candles.attrs
     facts = [
-        ("Data", f"{config.data.path} · {attrs.get('symbol')} · {attrs.get('timeframe')} bars"),
+        ("Data", f"{describe_source(config)} · {attrs.get('symbol')} · {attrs.get('timeframe')} bars"),
         ("Source", str(attrs.get("source"))),
         ("Split", _split_fact(context)),
         ("Embargo", f"{config.data.split.embargo_bars} bars dropped between consecutive splits"),

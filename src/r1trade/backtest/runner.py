@@ -2,7 +2,8 @@
 
 Every strategy trades the same candles under the config's costs (`env.initial_cash`, `env.fee_bps`,
 `env.slippage_bps`, `env.allow_short`), with the engine's fill rules; metrics are annualised by the bar
-length over a 365-day year with `backtest.risk_free_rate`. The random baseline runs with seeds `seed`,
+length over a 365-day year with `backtest.risk_free_rate` (CAGR, Sortino and Calmar only on spans of at least
+`backtest.min_annualise_days`). The random baseline runs with seeds `seed`,
 `seed + 1`, ... (`backtest.random_seeds` of them): its metrics are the mean of each seed's metrics, its equity
 curve is the mean of the seeds' curves, and its trades are all seeds' trades with a `seed` column.
 
@@ -26,12 +27,13 @@ import pandas as pd
 
 from r1trade.backtest.engine import BacktestResult, run_vectorized
 from r1trade.backtest.metrics import SECONDS_PER_YEAR
-from r1trade.backtest.model_runs import WindowPlan, plan_windows, run_model
+from r1trade.backtest.model_runs import WindowPlan, context_plan, run_model
 from r1trade.backtest.report import ReportContext, StrategyRun, write_report
-from r1trade.backtest.strategies import STRATEGIES, make_targets
-from r1trade.config import Config, ModelConfig, load_config, resolve_path
+from r1trade.backtest.strategies import ALL_STRATEGIES, PLANTED_EDGE_STRATEGIES, make_targets
+from r1trade.config import Config, ModelConfig, load_config
+from r1trade.data.source import load_config_candles
 from r1trade.data.splits import make_splits
-from r1trade.data.store import load_clean_candles, timeframe_to_timedelta
+from r1trade.data.store import timeframe_to_timedelta
 from r1trade.errors import ConfigError, DataError, UsageError
 
 SEEDED_STRATEGIES = frozenset({"random"})
@@ -61,11 +63,14 @@ def run_backtest(
     (`base_model`) the model before RL: the checkpoint's base model, else `config.model`, and any other `models`
     (names or directories, e.g. the untrained model a warm start began from), all played the agent's way.
 
-    The split is `backtest.split` of the candles at `data.path`; the report goes to `out_dir`, by default
-    `<backtest.report_dir>/<name>-<split>` (plus `-<strategy>` when a single baseline runs).
+    The split is `backtest.split` of the config's candles (`data.source`); the report goes to `out_dir`, by
+    default `<backtest.report_dir>/<name>-<split>` (plus `-<strategy>` when a single baseline runs). A
+    planted-edge baseline (the oracle) run alone comes with buy-and-hold, the reference it is read against.
     """
     names = [strategy] if strategy else list(dict.fromkeys(config.backtest.strategies))
-    check_strategy_names(names, params=config.backtest.params)
+    if strategy in PLANTED_EDGE_STRATEGIES:
+        names.append("buy_and_hold")
+    check_strategy_names(names, params=config.backtest.params, planted_edge=config.data.source == "synthetic")
     if not names and checkpoint is None and not base_model and not models:
         raise ConfigError(
             "nothing to backtest: backtest.strategies is empty and neither --checkpoint nor --baseline "
@@ -74,7 +79,7 @@ def run_backtest(
     context = load_context(config)
     runs: list[StrategyRun] = []
     if checkpoint is not None or base_model or models:
-        plan = plan_windows(config, len(context.split_candles))
+        plan = context_plan(context)
         context = replace(context, first_bar=plan.first_bar, last_bar=plan.last_bar)
         if checkpoint is not None:
             runs.append(run_agent(checkpoint, context))
@@ -98,20 +103,27 @@ def default_report_dir(config: Config, strategy: str | None = None) -> Path:
     return Path(config.backtest.report_dir) / "-".join(parts)
 
 
-def check_strategy_names(names: list[str], *, params: dict[str, dict[str, Any]]) -> None:
-    """Refuse unknown baselines (in the request or in `backtest.params`), listing the valid names."""
-    valid = ", ".join(STRATEGIES)
+def check_strategy_names(names: list[str], *, params: dict[str, dict[str, Any]], planted_edge: bool) -> None:
+    """Refuse unknown baselines (in the request or in `backtest.params`), listing the valid names, and the
+    planted-edge baselines (the oracle) unless the data is generated with a planted edge (`planted_edge`)."""
+    valid = ", ".join(ALL_STRATEGIES)
     for name in names:
-        if name not in STRATEGIES:
+        if name not in ALL_STRATEGIES:
             raise UsageError(f"unknown strategy '{name}': use one of {valid}")
+        if name in PLANTED_EDGE_STRATEGIES and not planted_edge:
+            raise UsageError(
+                f"strategy '{name}' is the rule planted in synthetic data and needs data.source: synthetic "
+                "(e.g. --config planted_edge); it does not exist for real candles"
+            )
     for name in params:
-        if name not in STRATEGIES:
+        if name not in ALL_STRATEGIES:
             raise ConfigError(f"backtest.params has unknown strategy '{name}': use one of {valid}")
 
 
 def load_context(config: Config) -> ReportContext:
-    """Validated candles from `data.path`, split by `data.split`; the bar length gives the annualisation."""
-    candles, _ = load_clean_candles(resolve_path(config.data.path))
+    """Validated candles of `data` (file or generated), split by `data.split`; the bar length gives the
+    annualisation."""
+    candles, _ = load_config_candles(config)
     splits = make_splits(candles, config.data.split)
     split = config.backtest.split
     bars = len(splits.get(split))
@@ -187,6 +199,7 @@ def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
         scope = f"all {plan.total:,} decisions that fit in the split"
     sizes = sorted(set(plan.decisions))
     size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
+    where = "planted interval end" if context.config.data.source == "synthetic" else "bar"
     random_slippage = (
         f" The model's fills also pay the env's random slippage ({env.slippage_vol_frac:g} × recent "
         "volatility × |z|), which the rule baselines do not."
@@ -194,8 +207,8 @@ def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
     )
     return (
         f"greedy decoding; a decision every {plan.every} bars from bar {plan.first_bar} of the split (the "
-        f"{first} UTC bar, the first with {env.warmup_bars} bars of history) to bar {plan.last_bar} ({last} "
-        f"UTC): {scope}. They are played as {len(plan.starts)} contiguous windows of {size} decisions in one "
+        f"{first} UTC bar, the first {where} with {env.warmup_bars} bars of history) to bar {plan.last_bar} "
+        f"({last} UTC): {scope}. They are played as {len(plan.starts)} contiguous windows of {size} decisions in one "
         f"batch, window k with slippage seed {seed} + k. Each window starts flat with the initial cash; a "
         "position still open at a window's end is not closed but marked at that bar's close without exit fee "
         "or slippage (exit reason 'window end'), and the next window starts flat again. The equity curve "
@@ -206,7 +219,7 @@ def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
 
 
 def _plan(context: ReportContext) -> WindowPlan:
-    return plan_windows(context.config, len(context.split_candles))
+    return context_plan(context)
 
 
 def _simulate(name: str, params: dict[str, Any], context: ReportContext) -> BacktestResult:
@@ -227,8 +240,12 @@ def _simulate(name: str, params: dict[str, Any], context: ReportContext) -> Back
 
 def _metrics(result: BacktestResult, context: ReportContext) -> dict[str, Any]:
     """The metrics table of one result, annualised and risk-adjusted as the context says."""
-    risk_free_rate = context.config.backtest.risk_free_rate
-    return result.metrics(bars_per_year=context.bars_per_year, risk_free_rate=risk_free_rate)
+    settings = context.config.backtest
+    return result.metrics(
+        bars_per_year=context.bars_per_year,
+        risk_free_rate=settings.risk_free_rate,
+        min_annualise_days=settings.min_annualise_days,
+    )
 
 
 def _average_over_seeds(name: str, results: dict[int, BacktestResult], context: ReportContext) -> StrategyRun:

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from ta.momentum import RSIIndicator
 
+from r1trade.data.synthetic import oracle_targets
+
 Strategy = Callable[..., pd.Series]
 
 
@@ -65,6 +67,18 @@ def random_strategy(
     return target.ffill().fillna(0.0)
 
 
+def oracle(candles: pd.DataFrame, *, allow_short: bool = True) -> pd.Series:
+    """The rule planted in synthetic candles (`r1trade.data.synthetic`): at the end of each planted interval,
+    long if the interval's close-to-close change was up and short if down when p > 0.5 (the reverse when
+    p < 0.5, flat when p = 0.5), held over the next interval. Without shorting, a short becomes flat.
+
+    Decided from bars up to t; the best any policy can do in expectation on that market. Raises ValueError on
+    candles without a planted edge.
+    """
+    target = oracle_targets(candles)
+    return target if allow_short else target.clip(lower=0.0)
+
+
 class StrategySpec(NamedTuple):
     """A baseline and the parameters it runs with unless overridden."""
 
@@ -80,13 +94,19 @@ STRATEGIES: dict[str, StrategySpec] = {
     ),
     "random": StrategySpec(random_strategy, {"seed": 0, "p_change": 0.05, "allow_short": False}),
 }
+"""Rule baselines that run on any candles."""
+
+PLANTED_EDGE_STRATEGIES: dict[str, StrategySpec] = {"oracle": StrategySpec(oracle, {"allow_short": True})}
+"""Baselines that need generated candles with a planted edge (`data.source: synthetic`)."""
+
+ALL_STRATEGIES: dict[str, StrategySpec] = {**STRATEGIES, **PLANTED_EDGE_STRATEGIES}
 
 
 def make_targets(name: str, candles: pd.DataFrame, **overrides: Any) -> pd.Series:
     """Targets of the registered strategy `name`, with its defaults updated by `overrides`."""
-    if name not in STRATEGIES:
-        raise KeyError(f"unknown strategy {name!r}; choose from {sorted(STRATEGIES)}")
-    spec = STRATEGIES[name]
+    if name not in ALL_STRATEGIES:
+        raise KeyError(f"unknown strategy {name!r}; choose from {sorted(ALL_STRATEGIES)}")
+    spec = ALL_STRATEGIES[name]
     unknown = set(overrides) - set(spec.defaults)
     if unknown:
         raise TypeError(f"{name} has no parameter(s) {sorted(unknown)}")

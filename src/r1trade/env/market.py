@@ -21,6 +21,7 @@ import pandas as pd
 import ta
 
 from r1trade.data.store import COLUMNS, timeframe_to_timedelta
+from r1trade.data.synthetic import DecisionGrid, decision_grid
 from r1trade.env.sentiment import PROXY_SOURCE, align_sentiment, market_sentiment_proxy
 from r1trade.errors import ConfigError, DataError
 
@@ -140,6 +141,8 @@ class MarketReplay:
     candle_lines: list[str]
     text_cache: dict[tuple, str] = field(default_factory=dict, repr=False)
     """Rendered market text per (bar, layout), filled lazily by the prompt renderer, shared by every env."""
+    decision_grid: DecisionGrid | None = None
+    """For generated data with a planted edge: the bars where its intervals end (episodes start there)."""
 
     def __len__(self) -> int:
         return len(self.close)
@@ -192,6 +195,7 @@ class MarketReplay:
                 " ".join([label, *(format_price(p, 5) for p in (o, h, lo, c)), format_amount(v)])
                 for label, o, h, lo, c, v in zip(short_labels, *columns, strict=True)
             ],
+            decision_grid=decision_grid(candles),
         )
 
     def change_pct(self, bar: int, bars: int) -> float:

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from r1trade.config import Config, EnvConfig, RewardsConfig, resolve_path
+from r1trade.data.source import load_config_candles, source_key
 from r1trade.data.splits import make_splits
-from r1trade.data.store import load_clean_candles
 from r1trade.env import rewards
 from r1trade.env.market import MarketReplay
 from r1trade.env.parsing import ParseError, parse_tool_call
@@ -94,7 +94,9 @@ class TradingEnv:
 
     ## Starting state
     Flat with `initial_cash`, at a uniformly drawn bar with at least `warmup_bars` of history and room for the
-    whole episode; `reset(options={"start": bar, "decisions": n})` fixes both (backtests).
+    whole episode; on generated data with a planted edge, a bar where one of its intervals ends
+    (`MarketReplay.decision_grid`), so decisions see whole intervals. `reset(options={"start": bar,
+    "decisions": n})` fixes both (backtests).
 
     ## Episode end
     Terminated when equity reaches zero or below (bankruptcy penalty); truncated after `episode_decisions`
@@ -220,7 +222,7 @@ class TradingEnv:
                     f"{len(self.replay)} bars cannot hold {cfg.warmup_bars} warm-up bars and {decisions} "
                     f"decisions every {cfg.decision_every} bars: use a longer split or a shorter episode"
                 )
-            start = int(self._rng.integers(cfg.warmup_bars, latest + 1))
+            start = self._draw_start(cfg.warmup_bars, latest)
         start = int(start)
         if decisions < 1 or not 0 <= start or decisions > self.max_decisions(start):
             raise ValueError(
@@ -247,6 +249,14 @@ class TradingEnv:
             "context_reset": False,
         }
         return list(episode.context), info
+
+    def _draw_start(self, earliest: int, latest: int) -> int:
+        """A uniformly drawn first decision bar; on data with a planted edge, one where an interval ends."""
+        grid = self.replay.decision_grid
+        if grid is None or grid.next_on_grid(earliest) > latest:  # (no interval end fits: any bar will do)
+            return int(self._rng.integers(earliest, latest + 1))
+        first = grid.next_on_grid(earliest)
+        return first + grid.every * int(self._rng.integers(0, (latest - first) // grid.every + 1))
 
     def step(self, text: str) -> tuple[list[Message], float, bool, bool, dict]:
         """Apply one model turn: (messages, reward, terminated, truncated, info). See the class docstring."""
@@ -526,11 +536,9 @@ _MAX_CACHED = 4
 
 def load_replay(config: Config, split: str = "train") -> MarketReplay:
     """The market replay of one split of the configured data, built once per data/split/features, cached."""
-    path = resolve_path(config.data.path)
     sentiment_path = resolve_path(config.data.sentiment_path) if config.data.sentiment_path else None
     key = (
-        str(path),
-        path.stat().st_mtime_ns if path.exists() else None,
+        *source_key(config),
         config.data.split.model_dump_json(),
         split,
         tuple(config.env.indicators),
@@ -538,7 +546,7 @@ def load_replay(config: Config, split: str = "train") -> MarketReplay:
         str(sentiment_path),
     )
     if key not in _REPLAYS:
-        candles, _ = load_clean_candles(path)
+        candles, _ = load_config_candles(config)
         part = make_splits(candles, config.data.split).get(split)
         sentiment = load_sentiment_csv(sentiment_path) if sentiment_path else None
         if len(_REPLAYS) >= _MAX_CACHED:

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from r1trade.agent.model import load_agent_models
-from r1trade.config import Config, resolve_path
+from r1trade.config import Config
+from r1trade.data.source import load_config_candles
 from r1trade.data.splits import make_splits
-from r1trade.data.store import load_clean_candles
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import UsageError
 from r1trade.rl.trainer import Trainer
@@ -66,7 +66,7 @@ def _figures(metrics: dict) -> str:
 
 
 def _record_splits(config: Config, run_dir: Path) -> None:
-    candles, _ = load_clean_candles(resolve_path(config.data.path))
+    candles, _ = load_config_candles(config)
     splits = make_splits(candles, config.data.split).describe()
     (run_dir / "splits.json").write_text(json.dumps(splits, indent=1) + "\n")
 
