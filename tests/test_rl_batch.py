@@ -2,7 +2,7 @@
 
 import torch
 
-from r1trade.agent.rollout import Segment, Trajectory
+from r1trade.agent.rollout import Segment, Trajectory, Turn
 from r1trade.config import TrainConfig
 from r1trade.rl.advantages import gae
 from r1trade.rl.batch import TrajectoryView, collate, compute_advantages, filter_top_groups, trajectory_scores
@@ -42,7 +42,7 @@ def test_trajectory_view_lays_segments_end_to_end_and_back():
 def test_ppo_advantages_flow_across_a_context_reset():
     batch = collate(two_trajectories(), pad_id=0)
     batch.old_values = torch.zeros_like(batch.rewards)
-    config = TrainConfig(gamma=1.0, lam=1.0, kl_coef=0.0)
+    config = TrainConfig(credit="token", gamma=1.0, lam=1.0, kl_coef=0.0)
     out = compute_advantages(batch, config)
     # with V = 0, γ = λ = 1 the raw advantage is reward-to-go over action tokens: trajectory 0's tokens
     # [2, 3, 7] get [1.5, 1.5, 1.0] although token 7 sits in another segment; trajectory 1's [2, 2, 2].
@@ -58,7 +58,7 @@ def test_ppo_kl_penalty_enters_the_rewards_of_action_tokens_only():
     batch = collate(two_trajectories(), pad_id=0)
     batch.old_values = torch.zeros_like(batch.rewards)
     batch.ref_logprobs = batch.old_logprobs - 0.1  # k1 = +0.1 per token everywhere
-    config = TrainConfig(gamma=1.0, lam=1.0, kl_coef=1.0, kl_estimator="k1")
+    config = TrainConfig(credit="token", gamma=1.0, lam=1.0, kl_coef=1.0, kl_estimator="k1")
     out = compute_advantages(batch, config)
     action = batch.action_mask.bool()
     assert torch.allclose(out.returns[action], torch.tensor([1.2, 1.3, 0.9, 1.7, 1.8, 1.9]))
@@ -67,13 +67,31 @@ def test_ppo_kl_penalty_enters_the_rewards_of_action_tokens_only():
 def test_advantage_mask_off_runs_gae_over_every_token():
     batch = collate(two_trajectories(), pad_id=0)
     batch.old_values = torch.zeros_like(batch.rewards)
-    out = compute_advantages(batch, TrainConfig(gamma=0.5, lam=1.0, kl_coef=0.0, advantage_mask=False))
+    out = compute_advantages(batch, TrainConfig(credit="token", gamma=0.5, lam=1.0, kl_coef=0.0, advantage_mask=False))
     view = TrajectoryView(batch)
     valid = view.to_trajectories(batch.attention_mask.float())
     _, expected = gae(view.to_trajectories(batch.rewards), torch.zeros_like(valid), valid, 0.5, 1.0,
                       advantage_mask=False, valid_mask=valid)
     assert torch.allclose(out.returns, view.to_rows(expected))
     assert out.advantages[0, 0] != 0  # a prompt token gets an advantage in the ablation
+
+
+def test_turn_level_credit_flows_across_a_context_reset():
+    # Trajectory 0's turns: tokens 2-3 in the first segment (reward 0.5), token 7 after the reset (reward 1).
+    trajectories = two_trajectories()
+    trajectories[0].turns = [Turn(0, 1, 3, "a", 0.5, False, {}), Turn(1, 2, 3, "b", 1.0, False, {})]
+    trajectories[1].turns = [Turn(0, 2, 5, "c", 2.0, False, {})]
+    batch = collate(trajectories, pad_id=0)
+    batch.old_values = torch.zeros_like(batch.rewards)
+    out = compute_advantages(batch, TrainConfig(gamma=1.0, lam=1.0, kl_coef=0.0))
+    # V = 0, gamma = lambda = 1: turn advantages are rewards-to-go 1.5, 1.0 (trajectory 0) and 2.0, whitened over
+    # the three turns and given to every token of each turn; returns sit at each turn's first token.
+    raw = torch.tensor([1.5, 1.0, 2.0])
+    a, b, c = ((raw - raw.mean()) / raw.std()).tolist()
+    action = batch.action_mask.bool()
+    assert torch.allclose(out.advantages[action], torch.tensor([a, a, b, c, c, c]), atol=1e-6)
+    assert out.returns[0, 1] == 1.5 and out.returns[1, 2] == 1.0 and out.returns[2, 2] == 2.0
+    assert out.value_mask.sum() == 3
 
 
 def test_grpo_broadcasts_group_normalised_scores():

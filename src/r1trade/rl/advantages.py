@@ -1,4 +1,5 @@
-"""Advantage estimators over (B, T) token tensors: masked GAE, GRPO, REINFORCE++, the StarPO-S filter.
+"""Advantage estimators: masked GAE (over tokens, or over turns), group baselines (GRPO, Dr. GRPO, RLOO, and
+per-decision groups), REINFORCE++, the StarPO-S filter.
 
 Rewards are per token: each turn's process reward sits on that turn's last sampled token, the outcome
 reward on the final sampled token, zeros elsewhere. Every trajectory is treated as ending at its last
@@ -94,6 +95,38 @@ def _group_mean_std(scores: torch.Tensor, group: torch.Tensor) -> tuple[torch.Te
     return mean, torch.sqrt(squares / (counts - 1).clamp(min=1))
 
 
+GroupBaseline = str  # "mean_std" (GRPO), "mean" (Dr. GRPO) or "leave_one_out" (RLOO)
+GROUP_BASELINES = ("mean_std", "mean", "leave_one_out")
+
+
+@torch.no_grad()
+def group_relative(
+    scores: torch.Tensor, group_ids: torch.Tensor, baseline: GroupBaseline = "mean_std", eps: float = 1e-6
+) -> torch.Tensor:
+    """Each score against the other scores of its group. -> (N,).
+
+    - `mean_std` (GRPO): (s - group mean) / (group std + eps), the unbiased (n - 1) std as `torch.std`;
+    - `mean` (Dr. GRPO, arXiv 2503.20783): s - group mean, no std scaling (which over-weights easy groups);
+    - `leave_one_out` (RLOO): s minus the mean of the *other* members, = n / (n - 1) × (s - group mean).
+    A group with no spread (one member, or all scores equal) gets exactly 0. `group_ids` may be any integers.
+
+    >>> group_relative(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([7, 7, 7]), "leave_one_out")
+    tensor([-3.,  0.,  3.])
+    """
+    if baseline not in GROUP_BASELINES:
+        raise ValueError(f"unknown group baseline {baseline!r}: use one of {GROUP_BASELINES}")
+    _, group = torch.unique(group_ids, return_inverse=True)  # (N,) dense in 0..G-1
+    mean, std = _group_mean_std(scores, group)
+    advantages = scores - mean[group]  # (N,)
+    if baseline == "leave_one_out":
+        counts = torch.bincount(group).to(scores.dtype)[group]  # (N,)
+        advantages = torch.where(counts > 1, advantages * counts / (counts - 1).clamp(min=1), 0.0)
+    if baseline == "mean_std":
+        spread = std[group]  # (N,)
+        advantages = torch.where(spread > 0, advantages / (spread + eps), torch.zeros_like(advantages))
+    return torch.where(std[group] > 0, advantages, torch.zeros_like(advantages))
+
+
 @torch.no_grad()
 def grpo_advantages(
     scores: torch.Tensor,
@@ -109,13 +142,37 @@ def grpo_advantages(
     sample, or all scores equal) gets exactly 0, even with `eps=0`. `group_ids` (N,) may be any integers;
     equal ids form a group.
     """
-    _, group = torch.unique(group_ids, return_inverse=True)  # (N,) dense in 0..G-1
-    mean, std = _group_mean_std(scores, group)
-    advantages = scores - mean[group]  # (N,)
-    if scale_by_std:
-        spread = std[group]  # (N,)
-        advantages = torch.where(spread > 0, advantages / (spread + eps), torch.zeros_like(advantages))
+    advantages = group_relative(scores, group_ids, "mean_std" if scale_by_std else "mean", eps=eps)  # (N,)
     return zero_outside(advantages[:, None].expand(action_mask.shape), action_mask)
+
+
+@torch.no_grad()
+def decision_group_advantages(
+    decision_rewards: torch.Tensor,
+    present: torch.Tensor,
+    group_ids: torch.Tensor,
+    baseline: GroupBaseline = "mean",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Per-decision group baseline (GiGPO's step-level groups, for a replayed market). -> (N, D).
+
+    Members of a group replay the same window, so at decision k they all face the same bar: the step group of
+    (trajectory n, decision k) is every member of n's group that reached decision k. Each decision's reward is
+    compared within its step group by `group_relative`'s `baseline`; entries where `present` is 0 are 0.
+    `decision_rewards` and `present` are (N, D); `group_ids` is (N,).
+
+    >>> decision_group_advantages(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([[1, 1], [1, 0]]),
+    ...                           torch.tensor([0, 0]))
+    tensor([[-1.,  0.],
+            [ 1.,  0.]])
+    """
+    n, d = decision_rewards.shape
+    keep = present.bool()  # (N, D)
+    step_groups = group_ids[:, None] * d + torch.arange(d, device=group_ids.device)  # (N, D) unique per (g, k)
+    out = torch.zeros_like(decision_rewards)
+    if keep.any():
+        out[keep] = group_relative(decision_rewards[keep], step_groups[keep], baseline, eps=eps)
+    return out
 
 
 @torch.no_grad()

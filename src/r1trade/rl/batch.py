@@ -12,8 +12,14 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from r1trade.agent.rollout import Trajectory
-from r1trade.config import TrainConfig
-from r1trade.rl.advantages import gae, grpo_advantages, keep_top_groups_by_std, reinforce_pp_advantages
+from r1trade.config import GROUP_ALGORITHMS, TrainConfig
+from r1trade.rl.advantages import (
+    decision_group_advantages,
+    gae,
+    group_relative,
+    keep_top_groups_by_std,
+    reinforce_pp_advantages,
+)
 from r1trade.rl.losses import kl_penalty
 from r1trade.rl.masks import masked_whiten
 
@@ -29,10 +35,13 @@ class RolloutBatch:
     rewards: torch.Tensor  # (R, T)
     trajectory: torch.Tensor  # (R,) index of the trajectory a row belongs to
     group: torch.Tensor  # (R,) start-state group of that trajectory
+    turn: torch.Tensor  # (R, T) long: the turn (0, 1, ... within its trajectory) a sampled token belongs to, else -1
+    decision: torch.Tensor  # (R, T) long: that turn's decision index (several turns may serve one), else -1
     ref_logprobs: torch.Tensor | None = None  # (R, T)
     old_values: torch.Tensor | None = None  # (R, T)
     advantages: torch.Tensor | None = None  # (R, T)
-    returns: torch.Tensor | None = None  # (R, T)
+    returns: torch.Tensor | None = None  # (R, T) value targets, where `value_mask` is 1
+    value_mask: torch.Tensor | None = None  # (R, T) tokens whose value the critic is trained on
 
     @property
     def rows(self) -> int:
@@ -53,9 +62,11 @@ class RolloutBatch:
 
 
 def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
-    """Stack every segment of every trajectory as a right-padded row."""
-    segments = [(n, t.group, seg) for n, t in enumerate(trajectories) for seg in t.segments if len(seg)]
-    width = max(len(seg) for _, _, seg in segments)
+    """Stack every segment of every trajectory as a right-padded row, each sampled token tagged with its turn."""
+    segments = [
+        (n, i, t.group, seg) for n, t in enumerate(trajectories) for i, seg in enumerate(t.segments) if len(seg)
+    ]
+    width = max(len(seg) for *_, seg in segments)
     rows = len(segments)
     batch = RolloutBatch(
         input_ids=torch.full((rows, width), pad_id, dtype=torch.long),
@@ -63,16 +74,24 @@ def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
         action_mask=torch.zeros(rows, width),
         old_logprobs=torch.zeros(rows, width),
         rewards=torch.zeros(rows, width),
-        trajectory=torch.tensor([n for n, _, _ in segments]),
-        group=torch.tensor([g for _, g, _ in segments]),
+        trajectory=torch.tensor([n for n, *_ in segments]),
+        group=torch.tensor([g for _, _, g, _ in segments]),
+        turn=torch.full((rows, width), -1, dtype=torch.long),
+        decision=torch.full((rows, width), -1, dtype=torch.long),
     )
-    for row, (_, _, seg) in enumerate(segments):
-        n = len(seg)
-        batch.input_ids[row, :n] = torch.tensor(seg.token_ids)
-        batch.attention_mask[row, :n] = 1
-        batch.action_mask[row, :n] = torch.tensor(seg.action_mask, dtype=torch.float)
-        batch.old_logprobs[row, :n] = torch.tensor(seg.logprobs)
-        batch.rewards[row, :n] = torch.tensor(seg.rewards)
+    for row, (*_, seg) in enumerate(segments):
+        length = len(seg)
+        batch.input_ids[row, :length] = torch.tensor(seg.token_ids)
+        batch.attention_mask[row, :length] = 1
+        batch.action_mask[row, :length] = torch.tensor(seg.action_mask, dtype=torch.float)
+        batch.old_logprobs[row, :length] = torch.tensor(seg.logprobs)
+        batch.rewards[row, :length] = torch.tensor(seg.rewards)
+    row_of = {(n, i): row for row, (n, i, _, _) in enumerate(segments)}
+    for n, trajectory in enumerate(trajectories):
+        for k, turn in enumerate(trajectory.turns):
+            row = row_of[n, turn.segment]
+            batch.turn[row, turn.start : turn.end] = k
+            batch.decision[row, turn.start : turn.end] = int(turn.info.get("decision_index", k))
     return batch
 
 
@@ -128,11 +147,12 @@ def filter_top_groups(batch: RolloutBatch, keep_frac: float) -> RolloutBatch:
 
 
 def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch:
-    """Fill `advantages` (and `returns` for PPO) according to `config.algorithm` and the mask switches."""
+    """Fill `advantages` (and `returns` and `value_mask` for PPO) by `config.algorithm` and the mask switches."""
     view = TrajectoryView(batch)
     action = view.to_trajectories(batch.action_mask)  # (N, L)
     valid = view.to_trajectories(batch.attention_mask.float())  # (N, L)
     rewards = view.to_trajectories(batch.rewards)  # (N, L)
+    broadcast = action if config.advantage_mask else valid  # tokens that receive an advantage
     kl = None
     if batch.ref_logprobs is not None:
         kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
@@ -141,18 +161,106 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
             rewards = rewards - config.kl_coef * kl * action
         assert batch.old_values is not None, "PPO needs the critic's values"
         values = view.to_trajectories(batch.old_values)
-        advantages, returns = gae(
-            rewards, values, action, config.gamma, config.lam,
-            advantage_mask=config.advantage_mask, valid_mask=valid,
+        if config.credit == "turn":
+            turns = TurnView(view.to_trajectories(batch.turn + 1) - 1, action, valid, config.advantage_mask)
+            turn_advantages, turn_returns = gae(
+                turns.sum(rewards), turns.first(values), turns.present, config.gamma, config.lam
+            )  # (N, K) each
+            advantages = turns.broadcast(masked_whiten(turn_advantages, turns.present))
+            returns = turns.at_first_tokens(turn_returns)
+            value_mask = turns.first_token_mask()
+        else:
+            advantages, returns = gae(
+                rewards, values, action, config.gamma, config.lam,
+                advantage_mask=config.advantage_mask, valid_mask=valid,
+            )
+            advantages = masked_whiten(advantages, broadcast)
+            value_mask = broadcast
+        return replace(
+            batch, advantages=view.to_rows(advantages), returns=view.to_rows(returns),
+            value_mask=view.to_rows(value_mask),
         )
-        whiten_mask = action if config.advantage_mask else valid
-        advantages = masked_whiten(advantages, whiten_mask)
-        return replace(batch, advantages=view.to_rows(advantages), returns=view.to_rows(returns))
-    if config.algorithm == "grpo":
-        scores = rewards.sum(dim=1)  # (N,)
+    if config.algorithm in GROUP_ALGORITHMS:
         groups = torch.zeros(view.num_trajectories, dtype=torch.long).index_copy_(0, batch.trajectory, batch.group)
-        broadcast = action if config.advantage_mask else valid
-        return replace(batch, advantages=view.to_rows(grpo_advantages(scores, groups, broadcast)))
-    token_mask = action if config.advantage_mask else valid
-    advantages = reinforce_pp_advantages(rewards, token_mask, config.gamma, kl=kl, kl_coef=config.kl_coef)
+        baseline = _GROUP_BASELINE[config.algorithm]
+        episode = group_relative(rewards.sum(dim=1), groups, baseline)  # (N,)
+        advantages = episode[:, None] * broadcast  # (N, L)
+        if config.decision_advantage_coef > 0:
+            turns = TurnView(view.to_trajectories(batch.turn + 1) - 1, action, valid, config.advantage_mask)
+            decision_of_turn = turns.last(view.to_trajectories(batch.decision.float()).clamp(min=0)).long()  # (N, K)
+            per_decision = turns.sum(rewards).new_zeros(view.num_trajectories, int(decision_of_turn.max()) + 1)
+            per_decision.scatter_add_(1, decision_of_turn, turns.sum(rewards) * turns.present)  # (N, D)
+            present = torch.zeros_like(per_decision).scatter_add_(1, decision_of_turn, turns.present.float()) > 0
+            step = decision_group_advantages(per_decision, present, groups, baseline)  # (N, D)
+            advantages = advantages + config.decision_advantage_coef * turns.broadcast(step.gather(1, decision_of_turn))
+        return replace(batch, advantages=view.to_rows(advantages))
+    advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=config.kl_coef)
     return replace(batch, advantages=view.to_rows(advantages))
+
+
+_GROUP_BASELINE = {"grpo": "mean_std", "dr_grpo": "mean", "rloo": "leave_one_out"}
+
+
+class TurnView:
+    """(N, L) trajectory tokens ↔ (N, K) turns, for credit per turn.
+
+    `turn` (N, L) holds each sampled token's turn index (-1 elsewhere). A turn's reward is the sum of the rewards
+    from its first token up to the next turn (a reward on an observation token belongs to the turn before it);
+    its value is the value at its first sampled token, V(the state the turn was sampled in). With
+    `advantage_mask=False` every valid token receives an advantage: observation tokens take the turn that follows
+    them (they are part of the state that turn acts on), tokens after the last turn take the last turn's.
+    """
+
+    def __init__(
+        self, turn: torch.Tensor, action: torch.Tensor, valid: torch.Tensor, advantage_mask: bool = True
+    ) -> None:
+        keep = action.bool() & (turn >= 0)  # (N, L)
+        self.num_turns = int(turn.max()) + 1 if keep.any() else 1
+        n, length = turn.shape
+        positions = torch.arange(length).expand(n, length)  # (N, L)
+        self.turn = turn.clamp(min=0)  # (N, L)
+        self.keep = keep
+        self.present = torch.zeros(n, self.num_turns).scatter_add_(1, self.turn, keep.float()) > 0  # (N, K)
+        first = torch.full((n, self.num_turns), length, dtype=torch.long)
+        self.first_position = first.scatter_reduce(1, self.turn, torch.where(keep, positions, length), "amin")
+        # the turn each token's reward belongs to: the latest turn at or before it
+        self.owner = torch.where(keep, self.turn, -1).cummax(dim=1).values  # (N, L)
+        if advantage_mask:
+            self.receiver = torch.where(keep, self.turn, -1)  # (N, L)
+        else:
+            following = torch.where(keep, self.turn, self.num_turns).flip(1).cummin(dim=1).values.flip(1)
+            last = self.owner.max(dim=1, keepdim=True).values.expand(n, length)
+            self.receiver = torch.where(following < self.num_turns, following, last)
+            self.receiver = torch.where(valid.bool(), self.receiver, -1)  # (N, L)
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        """Per turn, the sum of `x` over its tokens and the observation tokens after it. -> (N, K)"""
+        if ((self.owner < 0) & (x != 0)).any():
+            raise ValueError("a reward sits before the first turn of its trajectory: no action to credit it to")
+        out = x.new_zeros(x.shape[0], self.num_turns)
+        return out.scatter_add_(1, self.owner.clamp(min=0), torch.where(self.owner >= 0, x, 0.0))
+
+    def first(self, x: torch.Tensor) -> torch.Tensor:
+        """`x` at each turn's first sampled token (0 for absent turns). -> (N, K)"""
+        at = x.gather(1, self.first_position.clamp(max=x.shape[1] - 1))
+        return torch.where(self.present, at, 0.0)
+
+    def last(self, x: torch.Tensor) -> torch.Tensor:
+        """Max of `x` over each turn's sampled tokens (for per-turn constants such as its decision). -> (N, K)"""
+        out = x.new_full((x.shape[0], self.num_turns), float("-inf"))
+        out = out.scatter_reduce(1, self.turn, torch.where(self.keep, x, float("-inf")), "amax")
+        return torch.where(self.present, out, 0.0)
+
+    def broadcast(self, per_turn: torch.Tensor) -> torch.Tensor:
+        """Each token receives its turn's entry of `per_turn` (N, K); 0 where no turn. -> (N, L)"""
+        at = per_turn.gather(1, self.receiver.clamp(min=0))
+        return torch.where(self.receiver >= 0, at, 0.0)
+
+    def at_first_tokens(self, per_turn: torch.Tensor) -> torch.Tensor:
+        """`per_turn` (N, K) placed at each turn's first sampled token, 0 elsewhere. -> (N, L)"""
+        return self.first_token_mask() * per_turn.gather(1, self.turn)
+
+    def first_token_mask(self) -> torch.Tensor:
+        """1 at each turn's first sampled token. -> (N, L) float"""
+        positions = torch.arange(self.turn.shape[1]).expand_as(self.turn)
+        return (self.keep & (self.first_position.gather(1, self.turn) == positions)).float()

@@ -3,7 +3,8 @@
 One update reads top to bottom, CleanRL-style:
   1. rollout  — play `rollout.num_envs` episodes with the current policy (groups of `group_size` share a start);
   2. score    — without gradients: the policy's log-probs, the reference log-probs (adapter off) and values;
-  3. advantages — GAE over action tokens (PPO), group-normalised scores (GRPO) or normalised returns (REINFORCE++);
+  3. advantages — GAE over turns or action tokens (PPO), group baselines (GRPO, Dr. GRPO, RLOO, optionally per
+     decision) or normalised returns (REINFORCE++);
   4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask; clipped gradients;
      a non-finite loss or gradient skips the step;
   5. log and checkpoint.
@@ -32,7 +33,7 @@ from accelerate.utils import DistributedType, parse_flag_from_env
 from r1trade.agent.critic import backbone_hidden
 from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
 from r1trade.agent.rollout import RolloutEngine, TextEnv, Trajectory, sampling_from_config
-from r1trade.config import Config
+from r1trade.config import GROUP_ALGORITHMS, Config
 from r1trade.errors import TrainingInterrupted, UsageError
 from r1trade.rl.advantages import explained_variance
 from r1trade.rl.batch import RolloutBatch, collate, compute_advantages, filter_top_groups
@@ -162,8 +163,7 @@ class Trainer:
             learning_rate=self.scheduler.get_last_lr()[0],
         )
         if self.uses_critic:
-            action = batch.action_mask.bool()
-            metrics["explained_variance"] = explained_variance(batch.old_values, batch.returns, action)
+            metrics["explained_variance"] = explained_variance(batch.old_values, batch.returns, batch.value_mask)
         metrics["warnings"] = self.echo_trap_warnings(metrics)
         return metrics
 
@@ -262,12 +262,11 @@ class Trainer:
         entropy = entropy_bonus(out.entropy, mask)
         loss = pg - cfg.entropy_coef * entropy
         kl = masked_mean(kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3"), mask)
-        if cfg.algorithm == "grpo" and cfg.kl_coef > 0:
+        if cfg.algorithm in GROUP_ALGORITHMS and cfg.kl_coef > 0:
             loss = loss + cfg.kl_coef * kl
         stats = {**stats, "policy_loss": float(pg.detach()), "entropy": float(entropy.detach()), "kl_ref": float(kl.detach())}
         if self.uses_critic:
-            value_mask = micro.action_mask if cfg.advantage_mask else micro.attention_mask.float()
-            vf, vstats = value_loss(out.values, micro.old_values, micro.returns, value_mask, cfg.value_clip)
+            vf, vstats = value_loss(out.values, micro.old_values, micro.returns, micro.value_mask, cfg.value_clip)
             loss = loss + cfg.value_coef * vf
             stats.update(value_loss=float(vf.detach()), **{f"value_{k}": v for k, v in vstats.items()})
         return loss, stats
