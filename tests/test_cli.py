@@ -61,6 +61,17 @@ def test_data_info_exits_1_on_bad_candles(capsys, candles, tmp_path: Path):
     assert code == 1 and "non-positive prices" in out
 
 
+def test_data_info_range_is_earliest_to_latest_on_an_unordered_file(capsys, candles, tmp_path: Path):
+    from r1trade.data.store import save_candles
+
+    # rows 10:00, 12:00, ..., then the first hour last: the first and last rows are not the range
+    shuffled = candles.iloc[:6].iloc[[2, 4, 1, 5, 3, 0]]
+    path = save_candles(shuffled, tmp_path / "unordered.csv")
+    code, out, _ = run(capsys, "data-info", str(path))
+    assert code == 1 and "non-monotonic timestamps" in out
+    assert "2021-01-01 00:00 → 2021-01-01 05:00 UTC" in out
+
+
 def test_import_csv_converts_cryptodatadownload(capsys, tmp_path: Path):
     csv = tmp_path / "cdd.csv"
     csv.write_text(

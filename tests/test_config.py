@@ -39,7 +39,7 @@ def test_unknown_key_names_the_path_and_closest_key(tmp_path: Path):
 def test_wrong_type_names_field_and_expected_type():
     with pytest.raises(ConfigError, match=r"env\.fee_bps: Input should be a valid number.*'abc'"):
         load_config(None, ["env.fee_bps=abc"])
-    with pytest.raises(ConfigError, match=r"train\.algorithm: Input should be 'ppo', 'grpo' or 'reinforce_pp'"):
+    with pytest.raises(ConfigError, match=r"train\.algorithm: Input should be 'ppo', 'grpo', 'dr_grpo', 'rloo' or 'reinforce_pp'"):
         load_config(None, ["train.algorithm=sgd"])
 
 

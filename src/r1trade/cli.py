@@ -50,9 +50,22 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
     ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="show full tracebacks on errors")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show full tracebacks on errors, and everything --verbose shows")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="show the libraries' warnings, logs and progress bars, and r1trade's notes"
+        ),
+    ] = False,
 ) -> None:
     """r1trade: an RL-trained, tool-using crypto trading agent."""
+    from r1trade.quiet import quiet_third_party, show_messages
+
+    show_messages(verbose=debug or verbose)
+    if not (debug or verbose):
+        quiet_third_party()
 
 
 def _config(config: str | None, overrides: list[str] | None) -> Config:
@@ -74,18 +87,49 @@ def show_config(config: ConfigOption = None, set_: SetOption = None) -> None:
 
 
 @app.command("data-info")
-def data_info(path: Annotated[Path, typer.Argument(help="candle file (.parquet or .csv)")]) -> None:
-    """Validate a candle file and print rows, range, timeframe, gaps and problems."""
+def data_info(
+    path: Annotated[
+        Path | None, typer.Argument(help="candle file (.parquet or .csv); leave out to describe --config's data")
+    ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", "-c", help="describe this config's data (a file, or generated: e.g. planted_edge)"),
+    ] = None,
+    set_: SetOption = None,
+) -> None:
+    """Validate candles and print rows, range, timeframe, gaps and problems (generated data: its realised edge)."""
+    from r1trade.data.source import describe_source, read_config_candles, synthetic_interval
     from r1trade.data.store import load_candles, validate_candles
+    from r1trade.data.synthetic import measure_edge
 
-    candles = load_candles(path)
+    if (path is None) == (config is None):
+        raise UsageError("give a candle file or --config NAME (e.g. --config planted_edge), not both")
+    resolved = None if config is None else _config(config, set_)
+    if resolved is None:
+        candles, title = load_candles(path), str(path)
+    else:
+        candles = read_config_candles(resolved)
+        title = resolved.data.path if resolved.data.source == "file" else describe_source(resolved)
     report = validate_candles(candles)
-    console.print(render_report(path, candles.attrs, report))
+    table = render_report(title, candles.attrs, report)
+    edge = measure_edge(candles) if resolved is not None and resolved.data.source == "synthetic" else None
+    if resolved is not None and edge is not None:
+        planted = resolved.data.synthetic
+        table.add_row(
+            "planted edge",
+            f"the sign of a {synthetic_interval(resolved)}-bar interval's change repeats in the next with p = "
+            f"{planted.p:g}; mean move {100 * planted.move:g} %",
+        )
+        table.add_row(
+            "realised edge",
+            f"{edge.repeat_rate:.4f} ± {edge.standard_error:.4f} over {edge.pairs:,} consecutive interval pairs",
+        )
+    console.print(table)
     if not report.ok:
         raise typer.Exit(1)
 
 
-def render_report(path: Path, attrs: dict, report) -> Table:  # report: ValidationReport
+def render_report(path: Path | str, attrs: dict, report) -> Table:  # report: ValidationReport
     """A Rich table for a validation report."""
     table = Table(title=f"{path}", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -116,21 +160,37 @@ def import_csv(
     source: Annotated[Path, typer.Argument(help="CSV file to convert")],
     out: Annotated[Path, typer.Option("--out", "-o", help="output file (.parquet or .csv)")],
     fmt: Annotated[
-        str, typer.Option("--format", help="'cryptodatadownload' (banner, newest first) or 'canonical'")
-    ] = "cryptodatadownload",
-    timeframe: Annotated[str, typer.Option(help="bar length, e.g. 1h")] = "1h",
+        str,
+        typer.Option(
+            "--format",
+            help="auto (detect from the header), canonical, cryptodatadownload (banner line, newest first), "
+            "exchange (named columns: date/time/open_time, Open/High/..., epoch s or ms) or ccxt (headerless "
+            "ts,open,high,low,close,volume rows)",
+        ),
+    ] = "auto",
+    timeframe: Annotated[
+        str | None, typer.Option(help="bar length, e.g. 1h (default: from the file, else the bar spacing)")
+    ] = None,
+    symbol: Annotated[
+        str | None, typer.Option(help="pair, e.g. BTC/USDT (default: from the file, else UNKNOWN)")
+    ] = None,
 ) -> None:
-    """Convert a CSV of candles into the canonical schema (Parquet or CSV)."""
-    from r1trade.data.store import import_cryptodatadownload_csv, load_candles, save_candles, validate_candles
+    """Convert a CSV of candles into the canonical schema (Parquet or CSV); the layout is detected."""
+    from r1trade.data.csv_import import import_candle_csv
+    from r1trade.data.store import save_candles, timeframe_to_timedelta, validate_candles
 
-    if fmt == "cryptodatadownload":
-        candles = import_cryptodatadownload_csv(source, timeframe=timeframe)
-    elif fmt == "canonical":
-        candles = load_candles(source)
-    else:
-        raise UsageError(f"unknown --format '{fmt}': use cryptodatadownload or canonical")
+    if timeframe is not None:
+        timeframe_to_timedelta(timeframe)  # a bad value is a usage error before any work
+    imported = import_candle_csv(source, fmt=fmt, timeframe=timeframe, symbol=symbol)
+    candles = imported.candles
     save_candles(candles, out)
-    console.print(render_report(out, candles.attrs, validate_candles(candles)))
+    console.print(f"read {source} as {imported.description}", markup=False, highlight=False)
+    report = validate_candles(candles)
+    console.print(render_report(out, candles.attrs, report))
+    if not report.ok:
+        console.print(
+            "[red]the file was written as read; training and backtests refuse it until the source is fixed[/red]"
+        )
 
 
 @app.command("fetch-data")
@@ -231,15 +291,59 @@ def warmstart(
     config: ConfigOption = "btc_momentum",
     set_: SetOption = None,
 ) -> None:
-    """Supervised warm start on rule demonstrations in the tool-call format (TRL SFTTrainer); writes a model."""
+    """Supervised warm start on demonstrations in the tool-call format (TRL SFTTrainer); writes a model.
+
+    `--set warmstart.policy=random` demonstrates uniformly random trades (format only, entropy over actions kept);
+    the default `rule` demonstrates a trend rule."""
     from r1trade.agent.warmstart import warmstart as run_warmstart
 
     resolved = _config(config, set_)
     run_dir = Path(resolved.output_dir) / f"{resolved.name}-warmstart"
     resolved.save(run_dir)
-    model_dir = run_warmstart(resolved, run_dir)
+    model_dir = run_warmstart(resolved, run_dir, console=console)
     console.print(f"warm-started model: [bold]{model_dir}[/bold]")
     console.print(f"train from it with: r1trade train --config ... --set model.name_or_path={model_dir}")
+
+
+@app.command("action-stats")
+def action_stats_command(
+    config: ConfigOption = "btc_momentum",
+    set_: SetOption = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="RL checkpoint (default: model.name_or_path)")] = None,
+    split: Annotated[str, typer.Option(help="data split to play")] = "test",
+    episodes: Annotated[int, typer.Option(min=1, help="held-out episodes (env.episode_decisions each)")] = 16,
+    out: Annotated[Path | None, typer.Option(help="write the figures as JSON here")] = None,
+) -> None:
+    """A policy on held-out decisions: valid calls, action mix, entropy at the decision token."""
+    from r1trade.agent.action_stats import action_stats
+    from r1trade.agent.model import load_base_model
+    from r1trade.rl.checkpoint import load_trained_agent
+
+    resolved = _config(config, set_)
+    if checkpoint is not None:
+        trained, models = load_trained_agent(checkpoint)
+        resolved = resolved.model_copy(update={"rollout": trained.rollout})
+        policy, tokenizer = models.policy, models.tokenizer
+    else:
+        policy, tokenizer = load_base_model(resolved.model)
+    stats = action_stats(policy, tokenizer, resolved, split=split, episodes=episodes, seed=resolved.seed)
+    table = Table(title=f"{checkpoint or resolved.model.name_or_path} on {episodes} {split} episodes")
+    table.add_column("figure")
+    table.add_column("greedy", justify="right")
+    table.add_column(f"sampled (T={resolved.rollout.temperature:g})", justify="right")
+    table.add_row("valid calls", f"{stats.valid_call_rate:.1%}", f"{stats.sampled_valid_call_rate:.1%}")
+    for kind, share in stats.mix.items():
+        table.add_row(f"  {kind}", f"{share:.1%}", f"{stats.sampled_mix[kind]:.1%}")
+    console.print(table)
+    console.print(
+        f"{stats.decisions} greedy trade decisions: entropy at the decision token {stats.decision_token_entropy:.3f} "
+        f"nats; after 'Action:' ({stats.action_prompt_share:.0%} of them) the action choice's entropy is "
+        f"{stats.action_entropy:.3f} nats (ln 4 = 1.386), P = "
+        + ", ".join(f"{a} {p:.2f}" for a, p in stats.action_probabilities.items())
+    )
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
 
 
 @app.command()
@@ -306,7 +410,10 @@ def backtest(
     ] = None,
     set_: SetOption = None,
     strategy: Annotated[
-        str | None, typer.Option(help="run this baseline alone (default: every one in backtest.strategies)")
+        str | None,
+        typer.Option(
+            help="run this baseline alone (oracle: beside buy_and_hold; default: every one in backtest.strategies)"
+        ),
     ] = None,
     checkpoint: Annotated[
         Path | None, typer.Option(help="checkpoint directory of a trained agent to run beside the baselines")
@@ -347,7 +454,11 @@ def backtest(
     if config is None:
         saved = None if checkpoint is None else checkpoint / "config.yaml"
         config = str(saved) if saved is not None and saved.is_file() else "btc_momentum"
-    flags = {"data.path": None if data is None else str(data), "backtest.split": split}
+    flags = {
+        "data.source": None if data is None else "file",
+        "data.path": None if data is None else str(data),
+        "backtest.split": split,
+    }
     # quoted as JSON strings (valid YAML), so a path such as `null` or `1e3` stays a string
     overrides = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
     resolved = _config(config, [*(set_ or []), *overrides])
@@ -362,6 +473,8 @@ def backtest(
     )
     for table in comparison_tables(outcome.runs, title=title, width=console.width):
         console.print(table)
+    if outcome.context.too_short_to_annualise:
+        console.print(outcome.context.annualisation_note, markup=False, highlight=False)
     for run in outcome.runs:
         if run.note:
             console.print(f"{run.name}: {run.note}", markup=False, highlight=False)

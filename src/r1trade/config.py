@@ -7,6 +7,7 @@ Unknown keys are rejected (with the closest valid key), and wrong types name the
 from __future__ import annotations
 
 import difflib
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -54,11 +55,46 @@ class SplitConfig(Section):
         return self
 
 
+class SyntheticConfig(Section):
+    """Generated candles with a planted edge (`r1trade.data.synthetic`): seeded, so a config names its market.
+
+    `planted_edge`: a GARCH(1,1) random walk in which the sign of an interval's close-to-close change (an
+    interval = `interval` bars, default `env.decision_every`) repeats in the next interval with probability `p`.
+    """
+
+    kind: Literal["planted_edge"] = Field("planted_edge", description="the generator (only planted_edge so far)")
+    seed: int = 0
+    bars: int = Field(20_000, ge=16, description="bars to generate")
+    timeframe: str = Field("1h", description="bar length, e.g. 1h, 15m, 1d")
+    start: datetime = Field(datetime(2024, 1, 1), description="first bar's open time (UTC)")
+    symbol: str = "SYN/USD"
+    initial_price: float = Field(100.0, gt=0)
+    volume: float = Field(1000.0, gt=0, description="typical volume of a bar (base units)")
+    volatility: float = Field(0.005, ge=0, description="unconditional std of a bar's log-return (0.005 = 0.5 %)")
+    garch_alpha: float = Field(0.1, ge=0, lt=1, description="volatility clustering: reaction to the last shock")
+    garch_beta: float = Field(0.88, ge=0, lt=1, description="volatility clustering: persistence")
+    p: float = Field(0.8, ge=0, le=1, description="probability that an interval's sign repeats the previous one's")
+    move: float = Field(0.01, gt=0, description="mean absolute log-change of an interval (0.01 = about 1 %)")
+    interval: int | None = Field(None, ge=1, description="bars per planted interval (default: env.decision_every)")
+
+    @model_validator(mode="after")
+    def _check(self) -> SyntheticConfig:
+        if not re.fullmatch(r"[1-9][0-9]*[mhdw]", self.timeframe):
+            raise ValueError(f"bad timeframe '{self.timeframe}': use a number and one of m, h, d, w (e.g. 1h, 1d)")
+        if self.garch_alpha + self.garch_beta >= 1:
+            raise ValueError("garch_alpha + garch_beta must be below 1 (stationary volatility)")
+        return self
+
+
 class DataConfig(Section):
     """Where the candles come from and how they are split."""
 
+    source: Literal["file", "synthetic"] = Field(
+        "file", description="file: the candles at `path`; synthetic: generated from the `synthetic` section"
+    )
     path: str = "data/sample/btc_usd_1h.parquet"
     sentiment_path: str | None = Field(None, description="optional CSV with a sentiment series (e.g. Fear & Greed)")
+    synthetic: SyntheticConfig = SyntheticConfig()
     split: SplitConfig = SplitConfig()
 
 
@@ -201,12 +237,28 @@ class RolloutConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1)
 
 
-class TrainConfig(Section):
-    """The RL algorithm and its optimisation settings (defaults: PPO with masks, as in Agent-R1)."""
+GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo")
 
-    algorithm: Literal["ppo", "grpo", "reinforce_pp"] = "ppo"
+
+class TrainConfig(Section):
+    """The RL algorithm and its optimisation settings (defaults: PPO with masks, as in Agent-R1).
+
+    `algorithm`: `ppo` (critic + GAE), the group baselines `grpo` (mean and std of the group), `dr_grpo` (mean
+    only), `rloo` (leave-one-out mean), or `reinforce_pp` (batch-normalised returns). `credit` says what PPO's GAE
+    steps over: `turn` (each model turn is one MDP step, its advantage on all of its sampled tokens) or `token`.
+    `decision_advantage_coef` adds, for the group baselines, each decision's reward against the group's rewards at
+    the same decision index (members of a group replay the same window, so they face the same bar there).
+    """
+
+    algorithm: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp"] = "ppo"
+    credit: Literal["turn", "token"] = Field(
+        "turn", description="PPO's GAE over turns (one MDP step per model turn) or over tokens"
+    )
+    decision_advantage_coef: float = Field(
+        0.0, ge=0, description="weight of the per-decision group baseline term (grpo, dr_grpo, rloo)"
+    )
     updates: int = Field(20, ge=1, description="rollout + optimisation rounds")
-    group_size: int = Field(1, ge=1, description="episodes per start state (GRPO needs >= 2)")
+    group_size: int = Field(1, ge=1, description="episodes per start state (group baselines need >= 2)")
     learning_rate: float = Field(1e-5, gt=0)
     critic_learning_rate: float = Field(1e-4, gt=0)
     warmup_updates: int = Field(0, ge=0, description="linear learning-rate warm-up")
@@ -235,8 +287,10 @@ class TrainConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.algorithm == "grpo" and self.group_size < 2:
-            raise ValueError("algorithm 'grpo' needs group_size >= 2")
+        if self.algorithm in GROUP_ALGORITHMS and self.group_size < 2:
+            raise ValueError(f"algorithm '{self.algorithm}' needs group_size >= 2")
+        if self.decision_advantage_coef > 0 and self.algorithm not in GROUP_ALGORITHMS:
+            raise ValueError(f"decision_advantage_coef needs a group algorithm {GROUP_ALGORITHMS}")
         if self.micro_batch_size > self.minibatch_size:
             raise ValueError("micro_batch_size must not exceed minibatch_size")
         return self
@@ -245,6 +299,9 @@ class TrainConfig(Section):
 class WarmstartConfig(Section):
     """Supervised fine-tuning on rule demonstrations before RL (`r1trade warmstart`)."""
 
+    policy: Literal["rule", "random"] = Field(
+        "rule", description="demonstrations: the trend rule, or uniformly random trades (format only)"
+    )
     episodes: int = Field(16, ge=1, description="demonstration episodes played on the train split")
     episode_decisions: int | None = Field(
         2, ge=1, description="decisions per demonstration episode (None: env.episode_decisions); each episode is one"
@@ -268,6 +325,11 @@ class BacktestConfig(Section):
         {}, description="parameter overrides per baseline, e.g. {sma_crossover: {fast: 10, slow: 30}}"
     )
     risk_free_rate: float = Field(0.0, description="annual risk-free rate used by Sharpe and Sortino")
+    min_annualise_days: float = Field(
+        30.0, ge=0,
+        description="shortest evaluated span (days) for which CAGR, Sortino and Calmar are shown; shorter"
+        " windows show them as — (0: always)",
+    )
     agent_windows: int = Field(
         8, ge=1,
         description="contiguous windows of whole decisions a model's evaluation is cut into and played as one"

@@ -1,10 +1,15 @@
-"""Supervised warm start: teach the tool-call format before RL, with TRL's SFTTrainer on rule demonstrations.
+"""Supervised warm start: teach the tool-call format before RL, with TRL's SFTTrainer on demonstrations.
 
 A small instruct model almost never ends its turn with a valid `<tool_call>` in this environment, so RL would get
-no signal. Demonstrations come from a trend-following rule that reads only what the observation shows (the 24-bar
-change and RSI), played through the real `TradingEnv`; each example is the exact token context the rollout engine
-would build (same chat rendering, from ids) followed by the rule's turn, and the loss covers the turn only.
-The LoRA adapter is then merged and saved as a full model directory that `model.name_or_path` can point to.
+no signal. Demonstrations are played through the real `TradingEnv` by one of two policies (`warmstart.policy`):
+- `rule`: a trend-following rule that reads only what the observation shows (the 24-bar change and RSI). The model
+  learns the format and the rule's commonest openings: a strategy RL then has to unlearn.
+- `random`: trade actions drawn uniformly (long, short, hold, close; sizes and stops varied) after a reasoning line
+  that restates the observed changes and claims nothing more. The model learns the format and keeps entropy over
+  actions, so RL has actions to compare and whatever strategy it finds is RL's.
+Each example is the exact token context the rollout engine would build (same chat rendering, from ids) followed by
+the policy's turn, and the loss covers the turn only. The LoRA adapter is then merged and saved as a full model
+directory that `model.name_or_path` can point to.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from transformers import PrinterCallback, TrainerCallback
 
 from r1trade.agent.rollout import ChatTokens
 from r1trade.config import Config
@@ -54,8 +62,49 @@ def _simple(name: str) -> dict:
     return {"name": name, "arguments": {"view": "neutral"}}
 
 
+TRADE_ACTIONS = ("long", "short", "hold", "close")
+ACTION_PROMPT = "Action:"
+_SIZES = (0.25, 0.5, 0.75, 1.0)
+_STOPS = (None, 1, 2, 3, 5)  # % from entry; None: no stop (the risk rule's penalty applies)
+_TAKES = (None, None, 2, 4, 8)
+
+
+def observed_changes(env: TradingEnv) -> str:
+    """The price changes the observation shows over one and six decision intervals, as it shows them."""
+    every = env.env_config.decision_every
+    parts = []
+    for bars in (every, 6 * every):
+        change = env.replay.change_pct(env.bar, bars)
+        parts.append(f"{bars} bars " + ("n/a" if math.isnan(change) else f"{change:+.2f}%"))
+    return ", ".join(parts)
+
+
+def random_turn(env: TradingEnv, rng: np.random.Generator) -> str:
+    """A uniformly random trade action after a line that restates the observed changes and nothing else.
+
+    The action is drawn from long, short (when allowed), hold and close; an order's size, stop and take-profit are
+    drawn too. The reasoning names no cause: it says what the observation showed, then `Action: <action>.`; the
+    token after `Action:` is the one that picks the trade, and the call carries it out.
+    """
+    actions = [a for a in TRADE_ACTIONS if a != "short" or env.env_config.allow_short]
+    action = actions[int(rng.integers(len(actions)))]
+    if action in ("long", "short"):
+        size = min(_SIZES[int(rng.integers(len(_SIZES)))], env.env_config.max_position_frac)
+        stop, take = _STOPS[int(rng.integers(len(_STOPS)))], _TAKES[int(rng.integers(len(_TAKES)))]
+        arguments: dict = {"side": action, "size": size}
+        if stop is not None:
+            arguments["stop_loss"] = stop
+        if take is not None:
+            arguments["take_profit"] = take
+        arguments["view"] = "bullish" if action == "long" else "bearish"
+        call = {"name": "place_order", "arguments": arguments}
+    else:
+        call = _simple("hold" if action == "hold" else "close_position")
+    return f"{observed_changes(env)}. {ACTION_PROMPT} {action}.\n<tool_call>{json.dumps(call)}</tool_call>"
+
+
 def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, seed: int) -> list[dict]:
-    """Play the rule through `episodes` train-split episodes; one tokenized example per conversation.
+    """Play `warmstart.policy` through `episodes` train-split episodes; one tokenized example per conversation.
 
     An example is laid out exactly as the rollout engine lays out a trajectory segment: the first context, then
     per decision the rule's turn and its end-of-turn token (`completion_mask` 1), the template's closing and the
@@ -64,12 +113,14 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
     """
     examples = []
     rng = np.random.default_rng(seed)
+    actions = np.random.default_rng([seed, 1])  # the random policy's draws, apart from the episode seeds
+    policy = config.warmstart.policy
     for env in make_envs(config, episodes, "train"):
         messages, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
         ids = chat.context(messages)
         mask = [0] * len(ids)
         while True:
-            text = demonstration_turn(env)
+            text = demonstration_turn(env) if policy == "rule" else random_turn(env, actions)
             turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
             end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
             ids += [*turn, end, *rest]
@@ -110,8 +161,51 @@ def check_turns_fit(examples: list[dict], max_new_tokens: int) -> None:
         )
 
 
-def warmstart(config: Config, run_dir: Path) -> Path:
-    """Fine-tune the configured model on demonstrations; returns the merged model's directory."""
+class RichProgress(TrainerCallback):
+    """The trainer's steps as a Rich progress bar with the latest loss and token accuracy, in place of the log
+    dicts the trainer prints by default (they are kept in `warmstart.json`)."""
+
+    def __init__(self, description: str, console: Console | None = None) -> None:
+        self.description = description
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[figures]}"), TimeElapsedColumn(), console=console or Console(),
+        )
+        self.task = None
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        self.task = self.progress.add_task(self.description, total=state.max_steps, figures="")
+        self.progress.start()
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        self.progress.update(self.task, completed=state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs) -> None:
+        if logs and "loss" in logs:
+            self.progress.update(self.task, figures=_figures(logs))
+
+    def on_train_end(self, args, state, control, **kwargs) -> None:
+        self.progress.update(self.task, completed=state.global_step)
+        self.stop()
+
+    def stop(self) -> None:
+        """End the live display (also after an error, so the terminal is left as it was)."""
+        if self.progress.live.is_started:
+            self.progress.stop()
+
+
+def _figures(logs: dict) -> str:
+    """The key numbers of a trainer log entry (values may be numbers or formatted strings)."""
+    parts = [f"loss {float(logs['loss']):.3f}"]
+    if "mean_token_accuracy" in logs:
+        parts.append(f"token accuracy {float(logs['mean_token_accuracy']):.0%}")
+    return " · ".join(parts)
+
+
+def warmstart(config: Config, run_dir: Path, *, console: Console | None = None) -> Path:
+    """Fine-tune the configured model on demonstrations; returns the merged model's directory.
+
+    Progress shows as a Rich bar on `console` (default: a new one on stdout)."""
     from datasets import Dataset
     from peft import LoraConfig as PeftLoraConfig
     from trl import SFTConfig, SFTTrainer
@@ -157,7 +251,13 @@ def warmstart(config: Config, run_dir: Path) -> Path:
         model=model, args=args, train_dataset=Dataset.from_list(examples),
         processing_class=tokenizer, peft_config=peft_config,
     )
-    trainer.train()
+    progress = RichProgress(f"warm start {config.name}", console)
+    trainer.remove_callback(PrinterCallback)  # its printed log dicts are replaced by the progress bar
+    trainer.add_callback(progress)
+    try:
+        trainer.train()
+    finally:
+        progress.stop()
     trained = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
     out = run_dir / "model"
     trained.save_pretrained(out)

@@ -1,0 +1,142 @@
+"""What a policy does on held-out decisions: valid calls, the mix of trade actions, and how undecided it is.
+
+A warm start should teach the tool-call format without choosing a strategy: it must make valid calls and still
+spread probability over the trade actions, or RL has nothing to compare. `action_stats` plays held-out episodes
+greedily through the real environment and measures both:
+- the valid-call rate and the action mix (long, short, hold, close; information calls and malformed turns apart),
+  greedy and sampled at the rollout temperature (the sampled mix is what RL explores with);
+- at the *decision token* of each greedy trade turn, the policy's next-token entropy over the whole vocabulary. The
+  decision token is the one after `Action:` when the turn has one (the `random` warm start's format), else the
+  turn's first token. Where it follows `Action:`, the probabilities of the four actions' first tokens give the
+  entropy of the action choice itself (ln 4 = 1.39 nats when all four are equally likely, 0 when one is certain).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from r1trade.agent.rollout import RolloutEngine, Trajectory, Turn, sampling_from_config
+from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS
+from r1trade.config import Config
+
+OTHER = ("info", "malformed")
+
+
+@dataclass
+class ActionStats:
+    decisions: int  # trade decisions reached
+    turns: int
+    valid_call_rate: float  # greedy turns with a well-formed, accepted call
+    mix: dict[str, float]  # share of greedy turns: long, short, hold, close, info, malformed
+    sampled_valid_call_rate: float
+    sampled_mix: dict[str, float]  # the same at the rollout temperature
+    decision_token_entropy: float  # mean nats over the vocabulary at the decision token
+    action_prompt_share: float  # share of trade turns whose decision token follows `Action:`
+    action_probabilities: dict[str, float]  # there: mean P(action's first token)
+    action_entropy: float  # there: mean nats of the four-way action choice (renormalised)
+    per_decision: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def classify(turn: Turn) -> str:
+    """long, short, hold, close, info (an information tool) or malformed (a refused or unparsable call)."""
+    info = turn.info
+    if info.get("parse_error") is not None or info.get("tool_error") is not None:
+        return "malformed"
+    action = info.get("action") or {}
+    name = action.get("name")
+    if name == "place_order":
+        return str(action.get("arguments", {}).get("side"))
+    if name == "close_position":
+        return "close"
+    if name == "hold":
+        return "hold"
+    return "info"
+
+
+def action_token_ids(tokenizer) -> dict[str, int]:
+    """The first token of each action word as it follows `Action:` (with its leading space)."""
+    return {a: tokenizer(f" {a}", add_special_tokens=False)["input_ids"][0] for a in TRADE_ACTIONS}
+
+
+def decision_position(tokenizer, sampled: list[int]) -> int:
+    """Index (into the turn's sampled tokens) of the decision token: the first after `Action:`, else 0."""
+    for k in range(1, len(sampled)):
+        if tokenizer.decode(sampled[:k]).rstrip().endswith(ACTION_PROMPT):
+            return k
+    return 0
+
+
+@torch.no_grad()
+def action_stats(
+    policy, tokenizer, config: Config, *, split: str = "test", episodes: int = 16, seed: int = 0
+) -> ActionStats:
+    """Play `episodes` greedy episodes of `split` and measure the policy's actions (see the module docstring)."""
+    from r1trade.env.trading_env import make_envs
+
+    seeds = [seed * 1_000_003 + i for i in range(episodes)]
+    runs = {}
+    for greedy in (True, False):
+        engine = RolloutEngine(policy, tokenizer, sampling_from_config(config.rollout, greedy=greedy))
+        generator = torch.Generator().manual_seed(seed)
+        runs[greedy] = engine.run(make_envs(config, episodes, split), seeds, generator=generator)
+    ids = action_token_ids(tokenizer)
+    temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
+    per_decision = [
+        _decision_token(policy, tokenizer, trajectory, turn, ids, temperature)
+        for trajectory in runs[True] for turn in trajectory.turns if classify(turn) in TRADE_ACTIONS
+    ]
+    prompted = [d for d in per_decision if d["after_action_prompt"]]
+    greedy_kinds, sampled_kinds = _kinds(runs[True]), _kinds(runs[False])
+    return ActionStats(
+        decisions=len(per_decision),
+        turns=len(greedy_kinds),
+        valid_call_rate=_share(greedy_kinds, lambda k: k != "malformed"),
+        mix={k: _share(greedy_kinds, lambda kind, k=k: kind == k) for k in (*TRADE_ACTIONS, *OTHER)},
+        sampled_valid_call_rate=_share(sampled_kinds, lambda k: k != "malformed"),
+        sampled_mix={k: _share(sampled_kinds, lambda kind, k=k: kind == k) for k in (*TRADE_ACTIONS, *OTHER)},
+        decision_token_entropy=_mean([d["entropy"] for d in per_decision]),
+        action_prompt_share=len(prompted) / max(1, len(per_decision)),
+        action_probabilities={a: _mean([d["probabilities"][a] for d in prompted]) for a in TRADE_ACTIONS},
+        action_entropy=_mean([d["action_entropy"] for d in prompted]),
+        per_decision=per_decision,
+    )
+
+
+def _kinds(trajectories: list[Trajectory]) -> list[str]:
+    return [classify(turn) for t in trajectories for turn in t.turns]
+
+
+def _share(items: list[str], keep) -> float:
+    return sum(map(keep, items)) / max(1, len(items))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _decision_token(policy, tokenizer, trajectory: Trajectory, turn: Turn, ids: dict[str, int],
+                    temperature: float) -> dict:
+    segment = trajectory.segments[turn.segment]
+    sampled = segment.token_ids[turn.start : turn.end]
+    offset = decision_position(tokenizer, sampled)
+    position = turn.start + offset
+    prefix = torch.tensor([segment.token_ids[:position]], device=next(policy.parameters()).device)
+    logits = policy(input_ids=prefix).logits[0, -1].float() / temperature  # (V,)
+    logprobs = torch.log_softmax(logits, dim=-1)
+    entropy = float(-(logprobs.exp() * logprobs).sum())
+    probabilities = {a: float(logprobs[i].exp()) for a, i in ids.items()}
+    total = sum(probabilities.values())
+    shares = [p / total for p in probabilities.values() if p > 0] if total > 0 else []
+    return {
+        "action": classify(turn),
+        "after_action_prompt": offset > 0,
+        "entropy": entropy,
+        "probabilities": probabilities,
+        "action_entropy": -sum(p * math.log(p) for p in shares),
+    }
