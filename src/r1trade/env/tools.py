@@ -226,8 +226,11 @@ class DexToolkit:
         return ToolResult("Holding.", order=Order("hold", args["view"]))
 
 
-def describe_portfolio(portfolio: Portfolio, *, price: float, detailed: bool = False) -> str:
-    """One line: position, entry, unrealized PnL, stops, equity; `detailed` adds cash, realized PnL, fees."""
+def describe_portfolio(portfolio: Portfolio, *, price: float, detailed: bool = False, units: bool = True) -> str:
+    """One line: position, entry, unrealized PnL, stops, equity; `detailed` adds cash, realized PnL, fees.
+
+    `units=False` leaves out the units held (the fraction of equity already says how much is held).
+    """
     equity = portfolio.equity(price)
     total = (equity / portfolio.initial_cash - 1.0) * 100.0
     if portfolio.units == 0.0:
@@ -235,9 +238,10 @@ def describe_portfolio(portfolio: Portfolio, *, price: float, detailed: bool = F
     else:
         entry = portfolio.avg_entry
         move = (price / entry - 1.0) * 100.0 * (1 if portfolio.units > 0 else -1)
+        held = f"{format_amount(abs(portfolio.units))} units @" if units else "entry"
         text = (
             f"Position {portfolio.direction} {abs(portfolio.exposure(price)):.2f} of equity "
-            f"({format_amount(abs(portfolio.units))} units @ {format_price(entry)}, {move:+.2f}%)"
+            f"({held} {format_price(entry)}, {move:+.2f}%)"
         )
         stops = [f"SL {format_price(portfolio.stop_price)}" if portfolio.stop_price is not None else "",
                  f"TP {format_price(portfolio.take_price)}" if portfolio.take_price is not None else ""]

@@ -55,7 +55,8 @@ class TradingEnv:
     Chat messages. `reset` returns `[system, user]`: the system prompt (rules, the tool-call format with an
     example, every tool's signature) and the first observation — decision time, price, recent changes in %,
     the `observe_indicators`, the position and equity. Everything shown at decision bar t comes from bars
-    0..t.
+    0..t. `env.prompt: compact` states the same rules and signatures in under half the tokens, and leaves out
+    of observations and fills what they repeat (`r1trade.env.prompts`).
 
     ## Actions
     The model's raw turn: free reasoning, then exactly one
@@ -295,7 +296,8 @@ class TradingEnv:
             reply += f"\n({left} tool call{'s' if left != 1 else ''} left)"
         else:
             fills, bankrupt = self._execute(order, raw)
-            reply += "".join(f"\n{describe_fill(fill, self.replay)}" for fill in fills)
+            compact = cfg.prompt == "compact"
+            reply += "".join(f"\n{describe_fill(fill, self.replay, compact=compact)}" for fill in fills)
         terminated = bankrupt
         truncated = not bankrupt and episode.decision >= episode.decisions
         episode.done = terminated or truncated
