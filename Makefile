@@ -22,11 +22,11 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	$(VENV)/bin/pytest
 
-# The demo: warm start, a short PPO run and a held-out backtest of SmolLM2-135M-Instruct (LoRA) on the sample.
+# The demo: warm start, one RL update and a held-out backtest of SmolLM2-135M-Instruct (LoRA) on the sample.
 # Budgets are cut to fit a 2-core CPU; see README for what it shows and how to run the full configuration.
 DEMO      := runs/demo
 DEMO_SET  := --set name=demo --set output_dir=runs --set env.episode_decisions=2
-DEMO_WARM := --set warmstart.episodes=16 --set warmstart.max_steps=10
+DEMO_WARM := --set warmstart.episodes=16 --set warmstart.max_steps=10 --set warmstart.policy=rule
 demo: install
 	$(R1) data-info data/sample/btc_usd_1h.parquet
 	rm -rf $(DEMO) $(DEMO)-warmstart reports/demo-test
