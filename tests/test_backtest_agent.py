@@ -174,6 +174,18 @@ def test_scripted_windows_give_trades_with_reasoning_and_consistent_books() -> N
         100 * (run.equity.iloc[-1] / cash - 1)
     )
 
+    # decisions at bars 60, 64, ..., 88 of the split; the position after each one's fill, by the script:
+    # window 0 long, hold (still long), short, close (flat); window 1 long, hold, short, forced hold (short)
+    assert plan.starts == (60, 76) and context.first_bar == 0
+    bars = np.arange(60, 92, 4)
+    held = np.array([1, 1, -1, 0, 1, 1, -1, -1])
+    candles = context.split_candles
+    move = candles["close"].to_numpy()[bars + 4] - candles["open"].to_numpy()[bars + 1]
+    assert run.metrics["Direction Accuracy [%]"] == pytest.approx(100 * np.mean(held * np.sign(move) > 0))
+    # actions long 2, short 2, hold 3 (a forced hold is a hold), close 1, of 8
+    shares = np.array([2, 2, 3, 1]) / 8
+    assert run.metrics["Action Entropy [nats]"] == pytest.approx(-(shares * np.log(shares)).sum(), rel=1e-12)
+
     assert run.extra == pytest.approx({
         "# Decisions": 8,
         "Valid Tool Calls [%]": 100 * 9 / 14,  # 14 turns; 5 malformed
@@ -212,6 +224,12 @@ def test_one_window_of_long_and_hold_is_buy_and_hold() -> None:
     pd.testing.assert_frame_equal(run.trades[columns], baseline.trades[columns], rtol=1e-12)
     for row in ("Return [%]", "Max. Drawdown [%]", "Fees Paid", "Turnover", "Exposure Time [%]"):
         assert run.metrics[row] == pytest.approx(baseline.metrics[row], rel=1e-9)
+    # scored on the same decisions the same way: always long, like buy-and-hold
+    assert 0 < run.metrics["Direction Accuracy [%]"] == baseline.metrics["Direction Accuracy [%]"] < 100
+    assert run.metrics["Action Entropy [nats]"] == pytest.approx(
+        -(1 / 8 * np.log(1 / 8) + 7 / 8 * np.log(7 / 8))  # one long, seven holds
+    )
+    assert np.isnan(baseline.metrics["Action Entropy [nats]"])
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -233,6 +251,10 @@ def test_checkpoint_and_base_model_beside_the_baselines(capsys, checkpoint: Path
     mix = [rows[f"Action Mix: {kind} [%]"] for kind in ("Long", "Short", "Close", "Hold", "Forced Hold")]
     assert sum(mix) == pytest.approx(100.0)
     assert {"Malformed Turns [%]", "Sharpe Ratio", "Fees Paid"} <= set(rows)
+    assert 0 <= rows["Direction Accuracy [%]"] <= 100
+    assert 0 <= rows["Action Entropy [nats]"] <= np.log(4) + 1e-12
+    assert document["decisions"]["count"] == 8  # every strategy is scored on the agent's 8 decisions
+    assert all(document["strategies"][name]["Action Entropy [nats]"] is None for name in STRATEGIES)
     # every strategy is measured on the agent's bars: 8 decisions of 4 bars from the first warm bar
     assert document["period"]["bars"] == 8 * 4 + 1 and document["evaluated_bars"]["first"] == 60
     assert {table["Start"] for table in document["strategies"].values()} == {document["period"]["start"]}

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import SAMPLE, make_synthetic_candles
@@ -10,8 +11,10 @@ from conftest import SAMPLE, make_synthetic_candles
 from r1trade.backtest.strategies import STRATEGIES
 from r1trade.cli import main
 from r1trade.config import load_config
+from r1trade.data.source import load_config_candles
 from r1trade.data.splits import make_splits
 from r1trade.data.store import load_clean_candles, save_candles
+from r1trade.data.synthetic import decision_grid
 
 REPORT_FILES = (
     "metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "metrics.md", "config.yaml",
@@ -47,6 +50,46 @@ def test_buy_and_hold_alone_matches_a_hand_computation(capsys, tmp_path: Path) -
         "start": test.index[0].isoformat(), "end": test.index[-1].isoformat(), "bars": len(test)
     }
     assert "Return [%]" in out and "report.html" in out and str(tmp_path) in out
+    # scored every 4 bars (env.decision_every) from the first bar: long from the first fill, so right where
+    # the price rose from the next open to the close 4 bars after the decision
+    every = config.env.decision_every
+    bars = np.arange(0, len(test) - every, every)
+    up = test["close"].to_numpy()[bars + every] > test["open"].to_numpy()[bars + 1]
+    assert metrics["Direction Accuracy [%]"] == pytest.approx(100 * up.mean(), rel=1e-12)
+    assert metrics["Action Entropy [nats]"] is None
+    assert document["decisions"]["count"] == len(bars) and document["decisions"]["first_bar"] == 0
+    assert "Direction Accuracy [%]" in out and "Action Entropy [nats]" in out
+    assert "| Direction Accuracy [%] |" in (tmp_path / "metrics.md").read_text()
+    assert "<th>Direction Accuracy [%]</th>" in (tmp_path / "report.html").read_text()
+
+
+def test_oracle_direction_accuracy_is_the_planted_edge(capsys, tmp_path: Path) -> None:
+    # On the planted-edge market (p = 0.8) the oracle's position points the way of the next interval about
+    # 80 % of the time, and buy-and-hold's is the share of rising intervals (about half). Both exactly: each
+    # decision sits on an interval end and its move (next open = this close, to the close 4 bars later) is
+    # the next interval's change.
+    args = ["backtest", "--config", "planted_edge", "--strategy", "oracle", "--out", str(tmp_path)]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    document = json.loads((tmp_path / "metrics.json").read_text())
+    oracle, buy_and_hold = (document["strategies"][name] for name in ("oracle", "buy_and_hold"))
+
+    config = load_config("planted_edge")
+    test = make_splits(load_config_candles(config)[0], config.data.split).test
+    grid, every = decision_grid(test), config.env.decision_every
+    bars = np.arange(grid.first, len(test) - every, every)
+    close = test["close"].to_numpy()
+    assert np.array_equal(test["open"].to_numpy()[1:], close[:-1])  # a bar opens at the previous close
+    nxt = np.sign(close[bars + every] - close[bars])  # the interval each decision's position is held over
+    last = np.where(bars >= every, np.sign(close[bars] - close[np.maximum(bars - every, 0)]), 0.0)
+    assert document["decisions"]["count"] == len(bars) > 200
+    assert document["decisions"]["first_bar"] == grid.first
+    assert oracle["Direction Accuracy [%]"] == pytest.approx(100 * np.mean(last * nxt > 0), rel=1e-12)
+    assert buy_and_hold["Direction Accuracy [%]"] == pytest.approx(100 * np.mean(nxt > 0), rel=1e-12)
+    assert 75 <= oracle["Direction Accuracy [%]"] <= 85
+    # rising intervals come in runs (p = 0.8), so their share over ~290 intervals varies by about ±6 points
+    assert 40 <= buy_and_hold["Direction Accuracy [%]"] <= 62
+    assert oracle["Action Entropy [nats]"] is None and buy_and_hold["Action Entropy [nats]"] is None
 
 
 def test_all_baselines_into_the_default_report_dir(capsys, tmp_path: Path, monkeypatch) -> None:

@@ -6,9 +6,12 @@ import pytest
 
 from r1trade.backtest.metrics import (
     EXTRAPOLATED,
+    action_entropy,
     annualisation_note,
     compute_metrics,
+    direction_accuracy,
     drawdown,
+    held_moves,
     infer_bars_per_year,
     longest_underwater_bars,
     per_bar_rate,
@@ -39,14 +42,21 @@ def test_golden_metrics_table() -> None:
     # Underwater bars: 99 and 108.9 (below 110), then 113.8005 (below 119.79) → longest run 2 bars
     # Trades pnl 5, -2, 3, 0 → 4 trades, 2 winners = 50 %, profit factor (5 + 3) / 2 = 4
     # Positions 0, 1, 1, 0, 1, 1 → exposure 4 / 6; traded notional = sum(equity) = 6 × mean → turnover 6
+    # Three scored decisions: long before a +0.5 move (right), short before -0.2 (right), flat before +0.1
+    #   (flat is wrong) → direction accuracy 2 / 3; actions long, hold → entropy ln 2
     # The 5-day span is under the 30-day minimum, so by default CAGR, Sortino and Calmar are NaN ("—");
     # min_annualise_days=0 computes them, which checks the formulas above.
     equity = series([100, 110, 99, 108.9, 119.79, 113.8005])
     trades = pd.DataFrame({"pnl": [5.0, -2.0, 3.0, 0.0]})
     positions = pd.Series([0, 1, 1, 0, 1, 1], index=equity.index, dtype=float)
+    scored = {
+        "decision_positions": np.array([1.0, -1.0, 0.0]),
+        "decision_moves": np.array([0.5, -0.2, 0.1]),
+        "actions": ["long", "hold"],
+    }
     stats = compute_metrics(
         equity, trades=trades, positions=positions, fees_paid=1.5, traded_notional=651.4905,
-        min_annualise_days=0,
+        min_annualise_days=0, **scored,
     )
     cagr = 1.138005**73 - 1
     expected = {
@@ -69,6 +79,8 @@ def test_golden_metrics_table() -> None:
         "Profit Factor": 4.0,
         "Fees Paid": 1.5,
         "Turnover": 6.0,
+        "Direction Accuracy [%]": 100 * 2 / 3,
+        "Action Entropy [nats]": math.log(2),
     }
     assert list(stats) == list(expected)
     for key, value in expected.items():
@@ -76,7 +88,7 @@ def test_golden_metrics_table() -> None:
             key
         )
     short = compute_metrics(
-        equity, trades=trades, positions=positions, fees_paid=1.5, traded_notional=651.4905
+        equity, trades=trades, positions=positions, fees_paid=1.5, traded_notional=651.4905, **scored
     )
     assert list(short) == list(expected)
     for key, value in expected.items():
@@ -84,6 +96,42 @@ def test_golden_metrics_table() -> None:
             assert math.isnan(short[key]), key
         else:
             assert short[key] == stats[key], key
+
+
+def test_direction_accuracy_worked_example() -> None:
+    # Nine bars, a decision every 2 bars at bars 0, 2, 4, 6. The decision at bar d fills at open[d + 1] and is
+    # held to close[d + 2], so its move is close[d + 2] - open[d + 1]:
+    #   d = 0: close[2] - open[1] = 102 - 101 = +1     long  (+2.0)  → right
+    #   d = 2: close[4] - open[3] =  98 - 102 = -4     flat  ( 0.0)  → wrong (flat counts as wrong)
+    #   d = 4: close[6] - open[5] = 101 - 102 = -1     short (-1.0)  → right (the gap up to open[5] = 102 is
+    #          not held: close to close, 98 → 101, would have been +3 and called it wrong)
+    #   d = 6: close[8] - open[7] = 101 - 101 =  0     long  (+1.0)  → wrong (a zero move counts as wrong)
+    # → 2 right of 4 = 50 %.
+    opens = np.array([100, 101, 103, 102, 99, 102, 100, 101, 100], dtype=float)
+    closes = np.array([101, 103, 102, 99, 98, 100, 101, 100, 101], dtype=float)
+    moves = held_moves(opens, closes, np.array([0, 2, 4, 6]), 2)
+    np.testing.assert_array_equal(moves, [1.0, -4.0, -1.0, 0.0])
+    assert direction_accuracy(np.array([2.0, 0.0, -1.0, 1.0]), moves) == 50.0
+    assert direction_accuracy(np.array([1.0, -1.0, -0.5, -1.0]), moves) == 75.0  # only the zero move is wrong
+    assert direction_accuracy(np.zeros(4), moves) == 0.0  # always flat: always wrong
+    assert math.isnan(direction_accuracy(np.array([]), np.array([])))
+    with pytest.raises(ValueError, match="one value per decision"):
+        direction_accuracy(np.array([1.0]), moves)
+    with pytest.raises(ValueError, match="no whole interval"):  # d = 7 would need close[9]
+        held_moves(opens, closes, np.array([7]), 2)
+
+
+def test_action_entropy_worked_example() -> None:
+    # long, long, short, hold: shares 1/2, 1/4, 1/4 → -(1/2 ln 1/2 + 2 × 1/4 ln 1/4) = 1/2 ln 2 + ln 2
+    assert action_entropy(["long", "long", "short", "hold"]) == pytest.approx(1.5 * math.log(2), rel=1e-12)
+    assert action_entropy(["long", "short", "hold", "close"]) == pytest.approx(math.log(4), rel=1e-12)
+    assert action_entropy(["hold"] * 5) == 0.0 and str(action_entropy(["hold"])) == "0.0"
+    assert math.isnan(action_entropy([]))
+
+
+def test_rows_without_decisions_are_nan() -> None:
+    stats = compute_metrics(series([100.0, 101.0, 102.0]))
+    assert math.isnan(stats["Direction Accuracy [%]"]) and math.isnan(stats["Action Entropy [nats]"])
 
 
 def test_short_window_rule_worked_example() -> None:

@@ -24,6 +24,7 @@ from r1trade.backtest.report import (
     write_report,
 )
 from r1trade.backtest.runner import run_backtest, run_baseline
+from r1trade.backtest.strategies import make_targets
 from r1trade.config import Config
 from r1trade.data.splits import split_by_fraction
 from r1trade.errors import ConfigError
@@ -65,6 +66,12 @@ def test_report_files_are_well_formed(context: ReportContext, tmp_path: Path) ->
     assert list(document["strategies"]) == ["agent", "buy_and_hold", "random"]
     assert document["strategies"]["agent"]["Valid Tool Calls [%]"] == 87.5
     assert document["strategies"]["random"]["Seeds"] == 3
+    for name in ("agent", "buy_and_hold", "random"):  # every strategy is scored; entropy is a model's only
+        assert 0 <= document["strategies"][name]["Direction Accuracy [%]"] <= 100
+        assert document["strategies"][name]["Action Entropy [nats]"] is None
+    assert document["decisions"]["count"] == len(context.decision_bars) > 0
+    assert document["decisions"]["every"] == context.config.env.decision_every
+    assert "flat" in document["decisions"]["note"]
     assert document["splits"] == context.splits.describe()
     assert document["period"]["bars"] == len(context.candles) and document["split"] == "test"
     assert document["costs"] == {"initial_cash": 10_000.0, "fee_bps": 10.0, "slippage_bps": 2.0}
@@ -93,6 +100,8 @@ def test_html_is_self_contained_and_escapes_reasoning(context: ReportContext, tm
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; RSI &amp; MACD agree" in page
     assert '<table class="metrics">' in page and "<th>Return [%]</th>" in page
     assert "<th>Valid Tool Calls [%]</th>" in page and "<th>Reasoning</th>" in page
+    assert "<th>Direction Accuracy [%]</th>" in page and "<th>Action Entropy [nats]</th>" in page
+    assert "<b>Decisions</b>: Direction Accuracy [%] scores" in page
     (encoded,) = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert base64.b64decode(encoded) == (tmp_path / "equity.png").read_bytes()
     assert not re.search(r'(src|href)="(?!data:)', page) and "<link" not in page
@@ -115,6 +124,30 @@ def test_random_baseline_averages_its_seeds(context: ReportContext) -> None:
     assert averaged.extra == {"Seeds": 3.0, "Return Std over Seeds [%]": spread}
     assert len(averaged.trades) == sum(len(run.trades) for run in singles)
     assert "mean" in averaged.note
+
+
+def test_baselines_are_scored_on_the_decision_grid_by_hand(context: ReportContext, tmp_path: Path) -> None:
+    # real-like candles (no planted grid), nothing but baselines: decisions at bars 0, e, 2e, ... of the
+    # evaluated bars (e = env.decision_every) while a whole interval follows. Buy-and-hold is long from the
+    # open of bar 1 on, so it is right exactly where close[d + e] > open[d + 1].
+    every, candles = context.config.env.decision_every, context.candles
+    bars = np.arange(0, len(candles) - every, every)
+    np.testing.assert_array_equal(context.decision_bars, bars)
+    opens, closes = candles["open"].to_numpy(), candles["close"].to_numpy()
+    up = closes[bars + every] > opens[bars + 1]
+    runs = [run_baseline("buy_and_hold", context), run_baseline("sma_crossover", context)]
+    assert runs[0].metrics["Direction Accuracy [%]"] == pytest.approx(100 * up.mean(), rel=1e-12)
+    # the crossover: long (target 1) or flat (0) at each decision bar; flat is wrong
+    target = make_targets("sma_crossover", context.split_candles).to_numpy()[bars]
+    assert runs[1].metrics["Direction Accuracy [%]"] == pytest.approx(100 * ((target > 0) & up).mean())
+    assert all(math.isnan(run.metrics["Action Entropy [nats]"]) for run in runs)
+
+    write_report(runs, context, tmp_path)
+    markdown = (tmp_path / "metrics.md").read_text()
+    accuracies = [format_value("", run.metrics["Direction Accuracy [%]"]) for run in runs]
+    (row,) = [line for line in markdown.splitlines() if line.startswith("| Direction Accuracy [%] |")]
+    assert row.replace("**", "").split(" | ")[1:] == [*accuracies[:-1], f"{accuracies[-1]} |"]
+    assert "| Action Entropy [nats] | — | — |" in markdown
 
 
 def test_best_values_ignore_nan_and_share_ties() -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from r1trade.backtest.metrics import MIN_ANNUALISE_DAYS, compute_metrics
+from r1trade.backtest.metrics import MIN_ANNUALISE_DAYS, compute_metrics, held_moves
 
 CANDLE_COLUMNS = ("open", "high", "low", "close", "volume")
 # The columns of BacktestResult.fills and .trades, in order.
@@ -85,8 +85,24 @@ class BacktestResult:
         bars_per_year: float | None = None,
         risk_free_rate: float = 0.0,
         min_annualise_days: float = MIN_ANNUALISE_DAYS,
+        decision_bars: np.ndarray | None = None,
+        candles: pd.DataFrame | None = None,
+        decision_every: int | None = None,
     ) -> dict[str, float | pd.Timestamp]:
-        """The `compute_metrics` table for this run."""
+        """The `compute_metrics` table for this run.
+
+        With `decision_bars` (positions in `candles`, the candles this run traded) and `decision_every`, the
+        run is also scored on those decisions: `Direction Accuracy [%]` compares the position held after
+        each decision bar d's fill (at the open of bar d + 1) with the move from that open to the close of bar
+        d + decision_every (`held_moves`). Targets changed between decision bars are not scored.
+        """
+        scored = {}
+        if decision_bars is not None:
+            if candles is None or decision_every is None or not candles.index.equals(self.equity.index):
+                raise ValueError("decision_bars needs decision_every and the candles the run traded")
+            bars = np.asarray(decision_bars, dtype=np.int64)
+            moves = held_moves(candles["open"].to_numpy(), candles["close"].to_numpy(), bars, decision_every)
+            scored = {"decision_positions": self.position.to_numpy()[bars + 1], "decision_moves": moves}
         return compute_metrics(
             self.equity,
             trades=self.trades,
@@ -96,6 +112,7 @@ class BacktestResult:
             bars_per_year=bars_per_year,
             risk_free_rate=risk_free_rate,
             min_annualise_days=min_annualise_days,
+            **scored,
         )
 
 

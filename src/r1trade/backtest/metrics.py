@@ -8,11 +8,17 @@ window to a year (`EXTRAPOLATED`: CAGR, Sortino, Calmar) are NaN: compounding a 
 (to the power 274) turns a few per cent into a CAGR of millions of per cent, which says nothing about the
 strategy. Sharpe and volatility stay; they scale per-bar figures by sqrt(bars per year), as
 `annualisation_note` states.
+
+Two rows judge the decisions rather than the equity: `Direction Accuracy [%]` (`direction_accuracy`, whether
+the position held after each decision points the way the market then moved, see `held_moves`) and, for a
+language-model agent, `Action Entropy [nats]` (`action_entropy`, how spread its trade actions are).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -116,6 +122,60 @@ def trade_stats(pnl: np.ndarray | None) -> dict[str, float]:
     }
 
 
+def held_moves(
+    opens: np.ndarray, closes: np.ndarray, decision_bars: np.ndarray, every: int
+) -> np.ndarray:
+    """The price move over the interval each decision's position is held: close[d + every] - open[d + 1].
+
+    A decision taken at the close of bar d fills at the open of bar d + 1 and its position is held until the
+    next decision, at the close of bar d + every: the move that position earns or loses (before costs).
+    On generated planted-edge data a bar opens at the previous close, so with `every` equal to the planted
+    interval it is exactly the interval's close-to-close change, whose sign is the planted direction.
+
+    opens, closes: one value per bar; decision_bars: positions of the decision bars in them. Only whole
+    intervals are scored: every decision needs d + every on a bar of the data (ValueError otherwise), so a
+    last decision whose interval runs past the data is left out by the caller, not scored on a shorter move.
+    """
+    bars = np.asarray(decision_bars, dtype=np.int64)
+    if every < 1:
+        raise ValueError("every must be >= 1")
+    if len(bars) and (bars.min() < 0 or bars.max() + every >= len(closes)):
+        raise ValueError(f"a decision bar has no whole interval of {every} bars after it in the data")
+    return np.asarray(closes, dtype=float)[bars + every] - np.asarray(opens, dtype=float)[bars + 1]
+
+
+def direction_accuracy(positions: np.ndarray, moves: np.ndarray) -> float:
+    """`Direction Accuracy [%]`: the share of decisions whose position points the way the market moved.
+
+    positions[i]: the position held after decision i (its sign: long > 0, short < 0, flat 0), i.e. after the
+    decision's fill at the next open; moves[i]: the market's move over the interval that position is held
+    (`held_moves`: next open to the close where the next decision is taken). A decision is right when
+    sign(position) == sign(move) != 0: being flat counts as wrong, and so does a move of exactly zero.
+    100 × right / decisions; NaN without decisions. Chance level for a policy that is always long or short is
+    about 50 %; a policy that is often flat scores below it.
+    """
+    positions, moves = np.asarray(positions, dtype=float), np.asarray(moves, dtype=float)
+    if positions.shape != moves.shape:
+        raise ValueError("positions and moves need one value per decision each")
+    if len(positions) == 0:
+        return math.nan
+    return 100.0 * float(np.mean(np.sign(positions) * np.sign(moves) > 0))
+
+
+def action_entropy(actions: Sequence[str]) -> float:
+    """`Action Entropy [nats]`: the entropy -Σ p ln p of the empirical distribution of `actions`.
+
+    One label per decision (for an agent: long, short, hold or close). 0 when every decision took the same
+    action, ln k when k actions were taken equally often (ln 4 = 1.386 for the four trade actions); NaN
+    without decisions.
+    """
+    if len(actions) == 0:
+        return math.nan
+    counts = np.array(list(Counter(actions).values()), dtype=float)
+    shares = counts / counts.sum()
+    return float(-(shares * np.log(shares)).sum()) + 0.0  # + 0.0: no "-0.0" for a single action
+
+
 def compute_metrics(
     equity: pd.Series,
     *,
@@ -126,6 +186,9 @@ def compute_metrics(
     bars_per_year: float | None = None,
     risk_free_rate: float = 0.0,
     min_annualise_days: float = MIN_ANNUALISE_DAYS,
+    decision_positions: np.ndarray | None = None,
+    decision_moves: np.ndarray | None = None,
+    actions: Sequence[str] | None = None,
 ) -> dict[str, float | pd.Timestamp]:
     """The statistics table of one backtest; every key is always present, NaN when undefined.
 
@@ -137,6 +200,10 @@ def compute_metrics(
     risk_free_rate: annual, compounded to a per-bar rate (1 + rf) ** (1 / bars_per_year) - 1.
     min_annualise_days: when the equity spans fewer days, the `EXTRAPOLATED` rows (CAGR, Sortino, Calmar) are
       NaN; 0 always computes them.
+    decision_positions, decision_moves: per scored decision, the position held after it and the market's move
+      over the held interval (see `direction_accuracy`); None → `Direction Accuracy [%]` is NaN.
+    actions: a model's trade action at each decision (long, short, hold, close); None (rule baselines) →
+      `Action Entropy [nats]` is NaN.
 
     Formulas (r = per-bar simple returns of `equity`):
       Return [%] = 100 (final / initial - 1)
@@ -145,6 +212,7 @@ def compute_metrics(
       Sharpe Ratio, Sortino Ratio: see `sharpe_ratio`, `sortino_ratio`
       Max. Drawdown [%] = 100 min(drawdown) (≤ 0); Calmar Ratio = CAGR / |Max. Drawdown|, NaN without drawdown
       Max. Drawdown Duration [bars]: see `longest_underwater_bars`
+      Direction Accuracy [%], Action Entropy [nats]: see `direction_accuracy`, `action_entropy`
     Edge cases: a single bar gives NaN for every return-based ratio; flat equity gives 0 % return,
     0 % volatility and NaN Sharpe, Sortino and Calmar.
     """
@@ -177,6 +245,11 @@ def compute_metrics(
         **trade_stats(None if trades is None else trades["pnl"].to_numpy(dtype=float)),
         "Fees Paid": math.nan if fees_paid is None else float(fees_paid),
         "Turnover": math.nan if traded_notional is None else float(traded_notional / values.mean()),
+        "Direction Accuracy [%]": (
+            math.nan if decision_positions is None or decision_moves is None
+            else direction_accuracy(decision_positions, decision_moves)
+        ),
+        "Action Entropy [nats]": math.nan if actions is None else action_entropy(actions),
     }
     if too_short_to_annualise(days, min_annualise_days):
         table.update(dict.fromkeys(EXTRAPOLATED, math.nan))

@@ -15,6 +15,9 @@ An LM decides slowly on a CPU, so a long split is cut into windows that are deco
 - `chain_equity` compounds the windows' returns into one equity curve over the whole period. The units, fees,
   PnL and notional of window k are scaled by the chained equity at its start over the initial cash, so the
   trades, fees and turnover add up with that curve.
+- `Direction Accuracy [%]` scores each decision by the position held after its order's fill at the next open
+  against the move from that open to the close `decision_every` bars later (as the baselines are scored on
+  the same bars); `Action Entropy [nats]` is the entropy of the decisions' trade actions.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from r1trade.backtest.engine import TRADE_COLUMNS, round_trips
-from r1trade.backtest.metrics import compute_metrics
+from r1trade.backtest.metrics import compute_metrics, held_moves
 from r1trade.backtest.report import ReportContext, StrategyRun
 from r1trade.config import Config
 from r1trade.data.synthetic import DecisionGrid, decision_grid
@@ -42,6 +45,9 @@ if TYPE_CHECKING:
 
 ACTION_KINDS = ("Long", "Short", "Close", "Hold", "Forced Hold")
 """How a decision ended: a long or short order, close_position, hold, or the env's forced hold."""
+
+TRADE_ACTION = {"Long": "long", "Short": "short", "Close": "close", "Hold": "hold", "Forced Hold": "hold"}
+"""The trade action of each kind, for `Action Entropy [nats]` (a forced hold leaves the position as a hold)."""
 
 AGENT_TRADE_COLUMNS = [*TRADE_COLUMNS, "window", "exit_reason", "reasoning"]
 """Trades of a model run: the engine's columns, the window, how the trade ended and the entry turn's text."""
@@ -230,6 +236,7 @@ def model_run(
     trades: list[pd.DataFrame] = []
     positions: list[pd.Series] = []
     infos: list[dict[str, Any]] = []
+    decisions: list[_Decisions] = []
     fees = notional = 0.0
     for k, play in enumerate(plays):
         start_time = play.equity.index[0]
@@ -241,8 +248,10 @@ def model_run(
         fees += window.fees
         notional += window.notional
         infos += [info for _, info in play.turns]
+        decisions.append(_decisions(play, context))
     equity = chained.reindex(candles.index).ffill()  # held after ruin
     all_trades = pd.concat([t for t in trades if not t.empty] or trades[:1], ignore_index=True)
+    decision_bars = np.concatenate([d.bars for d in decisions])
     metrics = compute_metrics(
         equity,
         trades=all_trades,
@@ -252,10 +261,42 @@ def model_run(
         bars_per_year=context.bars_per_year,
         risk_free_rate=context.config.backtest.risk_free_rate,
         min_annualise_days=context.config.backtest.min_annualise_days,
+        decision_positions=np.concatenate([d.positions for d in decisions]),
+        decision_moves=held_moves(
+            candles["open"].to_numpy(), candles["close"].to_numpy(), decision_bars, plan.every
+        ),
+        actions=[action for d in decisions for action in d.actions],
     )
     return StrategyRun(
         name=name, equity=equity, trades=all_trades, metrics=metrics, extra=turn_stats(infos), note=note
     )
+
+
+@dataclass(frozen=True)
+class _Decisions:
+    """One window's decisions: bars (positions among the evaluated bars), the position held after each
+    decision's fill, and its trade action (`TRADE_ACTION`)."""
+
+    bars: np.ndarray
+    positions: np.ndarray
+    actions: list[str]
+
+
+def _decisions(play: WindowPlay, context: ReportContext) -> _Decisions:
+    """Window `play`'s decisions, scored like the baselines': the decision at bar d holds, from the open of
+    bar d + 1, the units after its order's fill (a hold keeps the units held then, which an earlier stop may
+    have closed); stop or take-profit exits later in the interval do not change what the decision is scored
+    on."""
+    every = context.config.env.decision_every
+    bars, positions, actions, units = [], [], [], 0.0
+    for _, info in play.turns:
+        units += sum(fill["units"] for fill in info["fills"] if fill["reason"] == "order")
+        if info["decision_done"]:
+            bars.append(play.start + info["decision_index"] * every - context.first_bar)
+            positions.append(units)
+            actions.append(TRADE_ACTION[_action_kind(info)])
+        units += sum(fill["units"] for fill in info["fills"] if fill["reason"] != "order")
+    return _Decisions(np.array(bars, dtype=np.int64), np.array(positions, dtype=float), actions)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ JSON has no NaN or infinity, so metrics.json writes NaN as null and ±infinity a
 On a span shorter than `backtest.min_annualise_days`, CAGR, Sortino and Calmar are NaN (null in JSON, "—" in
 tables); `ReportContext.annualisation_note` says why, in metrics.json, metrics.md, the HTML page and the
 terminal.
+
+`Direction Accuracy [%]` scores every strategy on the same decision bars (`ReportContext.decision_bars`, the
+models' decisions when models run); `Action Entropy [nats]` is a model's only, "—" (null) for rule baselines.
+metrics.json's `decisions` and the HTML page's notes (`ReportContext.decision_note`) define both.
 """
 
 from __future__ import annotations
@@ -39,14 +43,15 @@ from r1trade.backtest.metrics import annualisation_note, drawdown, too_short_to_
 from r1trade.config import Config
 from r1trade.data.source import describe_source
 from r1trade.data.splits import Splits
+from r1trade.data.synthetic import decision_grid
 
 HIGHER_IS_BETTER = frozenset({
     "Equity Final", "Return [%]", "CAGR [%]", "Sharpe Ratio", "Sortino Ratio", "Calmar Ratio",
-    "Max. Drawdown [%]", "Win Rate [%]", "Profit Factor", "Valid Tool Calls [%]",
+    "Max. Drawdown [%]", "Win Rate [%]", "Profit Factor", "Valid Tool Calls [%]", "Direction Accuracy [%]",
 })
 LOWER_IS_BETTER = frozenset({"Volatility (Ann.) [%]", "Max. Drawdown Duration [bars]", "Malformed Turns [%]"})
-"""Rows where one value is plainly best; exposure, trade count, fees, turnover and the action mix describe but
-do not rank."""
+"""Rows where one value is plainly best; exposure, trade count, fees, turnover, the action mix and its entropy
+describe but do not rank."""
 
 MAX_HTML_TRADES = 500
 """Trades listed per strategy in the HTML page; trades.csv always has them all."""
@@ -142,6 +147,43 @@ class ReportContext:
         )
 
     @property
+    def decision_bars(self) -> np.ndarray:
+        """The decisions every strategy is scored on (`Direction Accuracy [%]`), as positions among the
+        evaluated bars: every `env.decision_every` bars from the first evaluated bar (on generated data with a
+        planted edge, from the first planted interval end at or after it), as long as a whole interval of
+        `decision_every` bars follows within the evaluated bars. With a model in the backtest the evaluated
+        bars are its plan's, so these are exactly the model's decision bars."""
+        every = self.config.env.decision_every
+        grid = decision_grid(self.split_candles)
+        first = self.first_bar if grid is None else grid.next_on_grid(self.first_bar)
+        last = self.first_bar + len(self.candles) - 1
+        return np.arange(first, last - every + 1, every, dtype=np.int64) - self.first_bar
+
+    @property
+    def decision_note(self) -> str:
+        """What `Direction Accuracy [%]` and `Action Entropy [nats]` measure, on which decisions."""
+        bars, every = self.decision_bars, self.config.env.decision_every
+        if len(bars) == 0:
+            scope = f"no decision of this backtest has a whole interval of {every} bars after it (—)"
+        else:
+            first = self.first_bar + int(bars[0])
+            when = f"{self.split_candles.index[first]:%Y-%m-%d %H:%M}"
+            scope = (
+                f"{len(bars):,} decisions, one every {every} bars (env.decision_every) from bar {first:,} of "
+                f"the split ({when} UTC)"
+            )
+        return (
+            f"Direction Accuracy [%] scores {scope}, the same decision bars for every strategy: the share of "
+            "decisions after which the position held (long or short, after the decision's fill at the next "
+            f"open) points the way the price moved from that open to the close {every} bars after the "
+            "decision; being flat, or a move of exactly zero, counts as wrong. Rule baselines are scored on "
+            "the position they hold right after each decision bar's fill. Action Entropy [nats] (models only) "
+            "is the entropy of the model's trade actions over its decisions (long, short, hold, close; a forced "
+            "hold counts as hold): 0 when it always does the same, ln 4 = 1.39 when all four are equally "
+            "frequent."
+        )
+
+    @property
     def quote_currency(self) -> str:
         """The currency money is counted in: the part of the symbol after '/' (BTC/USD → USD)."""
         symbol = str(self.candles.attrs.get("symbol", ""))
@@ -174,7 +216,7 @@ def write_report(runs: list[StrategyRun], context: ReportContext, out_dir: Path)
 def metrics_document(runs: list[StrategyRun], context: ReportContext) -> dict[str, Any]:
     """What metrics.json holds: the setting (data, split, period, costs, splits) and each strategy's rows."""
     config, candles = context.config, context.candles
-    index = candles.index
+    index, bars = candles.index, context.decision_bars
     return {
         "config": config.name,
         "data": {
@@ -197,6 +239,12 @@ def metrics_document(runs: list[StrategyRun], context: ReportContext) -> dict[st
         "risk_free_rate": config.backtest.risk_free_rate,
         "min_annualise_days": config.backtest.min_annualise_days,
         "annualisation": context.annualisation_note,
+        "decisions": {
+            "first_bar": context.first_bar + int(bars[0]) if len(bars) else None,
+            "every": context.config.env.decision_every,
+            "count": len(bars),
+            "note": context.decision_note,
+        },
         "strategies": {run.name: {key: _jsonable(value) for key, value in run.rows.items()} for run in runs},
         "notes": {run.name: run.note for run in runs if run.note},
     }
@@ -418,6 +466,7 @@ def render_html(runs: list[StrategyRun], context: ReportContext, png: bytes) -> 
         "<h2>Metrics</h2>",
         _metrics_table(runs),
         f'<p class="note"><b>Annualisation</b>: {_e(context.annualisation_note)}</p>',
+        f'<p class="note"><b>Decisions</b>: {_e(context.decision_note)}</p>',
         *(f'<p class="note"><b>{_e(run.name)}</b>: {_e(run.note)}</p>' for run in runs if run.note),
         "<h2>Equity and drawdown</h2>",
         f'<img alt="equity curves and drawdowns" src="data:image/png;base64,{image}">',

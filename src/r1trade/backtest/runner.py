@@ -11,7 +11,9 @@ A trained agent (`--checkpoint`) and the untrained base model (`--baseline base-
 the TradingEnv by the protocol of `r1trade.backtest.model_runs`, with this config's env settings; their
 evaluation starts at the first bar with warm-up history (and may stop early, `backtest.max_decisions`), and
 every baseline is then measured on exactly the same bars, its signals still computed from the whole split so
-that indicators have their history.
+that indicators have their history. `Direction Accuracy [%]` scores every strategy on the same decision bars
+(`ReportContext.decision_bars`: the models' decisions, or every `env.decision_every` bars of the evaluated
+bars when no model runs), a baseline by the position it holds after each decision bar's fill.
 """
 
 from __future__ import annotations
@@ -245,6 +247,9 @@ def _metrics(result: BacktestResult, context: ReportContext) -> dict[str, Any]:
         bars_per_year=context.bars_per_year,
         risk_free_rate=settings.risk_free_rate,
         min_annualise_days=settings.min_annualise_days,
+        decision_bars=context.decision_bars,
+        candles=context.candles,
+        decision_every=context.config.env.decision_every,
     )
 
 

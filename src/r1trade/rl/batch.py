@@ -187,18 +187,26 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
         advantages = episode[:, None] * broadcast  # (N, L)
         if config.decision_advantage_coef > 0:
             turns = TurnView(view.to_trajectories(batch.turn + 1) - 1, action, valid, config.advantage_mask)
-            decision_of_turn = turns.last(view.to_trajectories(batch.decision.float()).clamp(min=0)).long()  # (N, K)
-            per_decision = turns.sum(rewards).new_zeros(view.num_trajectories, int(decision_of_turn.max()) + 1)
-            per_decision.scatter_add_(1, decision_of_turn, turns.sum(rewards) * turns.present)  # (N, D)
-            present = torch.zeros_like(per_decision).scatter_add_(1, decision_of_turn, turns.present.float()) > 0
-            step = decision_group_advantages(per_decision, present, groups, baseline)  # (N, D)
-            advantages = advantages + config.decision_advantage_coef * turns.broadcast(step.gather(1, decision_of_turn))
+            decisions = turns.shared(view.to_trajectories(batch.decision.float())).long()  # (N, K)
+            per_turn = _per_decision_advantages(turns.sum(rewards), decisions, turns.present, groups, baseline)
+            advantages = advantages + config.decision_advantage_coef * turns.broadcast(per_turn)
         return replace(batch, advantages=view.to_rows(advantages))
     advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=config.kl_coef)
     return replace(batch, advantages=view.to_rows(advantages))
 
 
 _GROUP_BASELINE = {"grpo": "mean_std", "dr_grpo": "mean", "rloo": "leave_one_out"}
+
+
+def _per_decision_advantages(
+    turn_rewards: torch.Tensor, decisions: torch.Tensor, present: torch.Tensor, groups: torch.Tensor, baseline: str
+) -> torch.Tensor:
+    """Each turn's share of the per-decision group term: the reward of the decision it served (the sum over that
+    decision's turns) against the group's at the same decision index. (N, K) turn tensors in, (N, K) out."""
+    per_decision = turn_rewards.new_zeros(turn_rewards.shape[0], int(decisions.max()) + 1)  # (N, D)
+    per_decision.scatter_add_(1, decisions, turn_rewards * present)
+    reached = torch.zeros_like(per_decision).scatter_add_(1, decisions, present.float()) > 0  # (N, D)
+    return decision_group_advantages(per_decision, reached, groups, baseline).gather(1, decisions)
 
 
 class TurnView:
@@ -245,8 +253,9 @@ class TurnView:
         at = x.gather(1, self.first_position.clamp(max=x.shape[1] - 1))
         return torch.where(self.present, at, 0.0)
 
-    def last(self, x: torch.Tensor) -> torch.Tensor:
-        """Max of `x` over each turn's sampled tokens (for per-turn constants such as its decision). -> (N, K)"""
+    def shared(self, x: torch.Tensor) -> torch.Tensor:
+        """A value all of a turn's sampled tokens share (such as its decision index), per turn; 0 for absent
+        turns. -> (N, K)"""
         out = x.new_full((x.shape[0], self.num_turns), float("-inf"))
         out = out.scatter_reduce(1, self.turn, torch.where(self.keep, x, float("-inf")), "amax")
         return torch.where(self.present, out, 0.0)
