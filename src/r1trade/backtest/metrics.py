@@ -151,8 +151,8 @@ def direction_accuracy(positions: np.ndarray, moves: np.ndarray) -> float:
     decision's fill at the next open; moves[i]: the market's move over the interval that position is held
     (`held_moves`: next open to the close where the next decision is taken). A decision is right when
     sign(position) == sign(move) != 0: being flat counts as wrong, and so does a move of exactly zero.
-    100 × right / decisions; NaN without decisions. Chance level for a policy that is always long or short is
-    about 50 %; a policy that is often flat scores below it.
+    100 × right / decisions; NaN without decisions. Where the next move cannot be predicted, a policy that is
+    always long or short scores about 50 % in expectation, and one that is often flat scores less.
     """
     positions, moves = np.asarray(positions, dtype=float), np.asarray(moves, dtype=float)
     if positions.shape != moves.shape:

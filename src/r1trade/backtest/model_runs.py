@@ -47,7 +47,7 @@ ACTION_KINDS = ("Long", "Short", "Close", "Hold", "Forced Hold")
 """How a decision ended: a long or short order, close_position, hold, or the env's forced hold."""
 
 TRADE_ACTION = {"Long": "long", "Short": "short", "Close": "close", "Hold": "hold", "Forced Hold": "hold"}
-"""The trade action of each kind, for `Action Entropy [nats]` (a forced hold leaves the position as a hold)."""
+"""Each kind's trade action, for `Action Entropy [nats]` (a forced hold leaves the position as a hold)."""
 
 AGENT_TRADE_COLUMNS = [*TRADE_COLUMNS, "window", "exit_reason", "reasoning"]
 """Trades of a model run: the engine's columns, the window, how the trade ended and the entry turn's text."""

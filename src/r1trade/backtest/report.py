@@ -164,23 +164,22 @@ class ReportContext:
         """What `Direction Accuracy [%]` and `Action Entropy [nats]` measure, on which decisions."""
         bars, every = self.decision_bars, self.config.env.decision_every
         if len(bars) == 0:
-            scope = f"no decision of this backtest has a whole interval of {every} bars after it (—)"
+            scope = f"no decision (none has a whole interval of {every} bars after it, so it shows —)"
         else:
             first = self.first_bar + int(bars[0])
             when = f"{self.split_candles.index[first]:%Y-%m-%d %H:%M}"
             scope = (
                 f"{len(bars):,} decisions, one every {every} bars (env.decision_every) from bar {first:,} of "
-                f"the split ({when} UTC)"
+                f"the split ({when} UTC), the same decision bars for every strategy"
             )
         return (
-            f"Direction Accuracy [%] scores {scope}, the same decision bars for every strategy: the share of "
-            "decisions after which the position held (long or short, after the decision's fill at the next "
-            f"open) points the way the price moved from that open to the close {every} bars after the "
-            "decision; being flat, or a move of exactly zero, counts as wrong. Rule baselines are scored on "
-            "the position they hold right after each decision bar's fill. Action Entropy [nats] (models only) "
-            "is the entropy of the model's trade actions over its decisions (long, short, hold, close; a forced "
-            "hold counts as hold): 0 when it always does the same, ln 4 = 1.39 when all four are equally "
-            "frequent."
+            f"Direction Accuracy [%] scores {scope}: the share of decisions after which the position held "
+            "(long or short, after the decision's fill at the next open) points the way the price moved from "
+            f"that open to the close {every} bars after the decision; being flat, or a move of exactly zero, "
+            "counts as wrong. Rule baselines are scored on the position they hold right after each decision "
+            "bar's fill. Action Entropy [nats] (models only) is the entropy of the model's trade actions "
+            "over its decisions (long, short, hold, close; a forced hold counts as hold): 0 when it always "
+            "does the same, ln 4 = 1.39 when all four are equally frequent."
         )
 
     @property
