@@ -352,7 +352,7 @@ def train(
     set_: SetOption = None,
     resume: Annotated[Path | None, typer.Option(help="run directory to continue from its last checkpoint")] = None,
 ) -> None:
-    """Train the agent with multi-turn RL (PPO, GRPO or REINFORCE++); writes runs/<name>/."""
+    """Train the agent with multi-turn RL (PPO, GRPO, Dr. GRPO, RLOO or REINFORCE++); writes runs/<name>/."""
     from r1trade.rl.run import train_run
 
     if resume is not None:
