@@ -128,7 +128,7 @@ class TrajectoryView:
 def trajectory_scores(batch: RolloutBatch) -> torch.Tensor:
     """Total reward per trajectory. -> (N,)"""
     n = int(batch.trajectory.max()) + 1
-    return torch.zeros(n).index_add_(0, batch.trajectory, batch.rewards.sum(dim=1))
+    return batch.rewards.new_zeros(n).index_add_(0, batch.trajectory, batch.rewards.sum(dim=1))
 
 
 def filter_top_groups(batch: RolloutBatch, keep_frac: float) -> RolloutBatch:
@@ -137,7 +137,7 @@ def filter_top_groups(batch: RolloutBatch, keep_frac: float) -> RolloutBatch:
         return batch
     scores = trajectory_scores(batch)
     n = scores.shape[0]
-    groups = torch.zeros(n, dtype=torch.long).index_copy_(0, batch.trajectory, batch.group)
+    groups = batch.group.new_zeros(n).index_copy_(0, batch.trajectory, batch.group)
     keep_trajectory = keep_top_groups_by_std(scores, groups, keep_frac)  # (N,)
     rows = keep_trajectory[batch.trajectory].nonzero().squeeze(1)
     kept = batch.select(rows)
@@ -181,7 +181,7 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
             value_mask=view.to_rows(value_mask),
         )
     if config.algorithm in GROUP_ALGORITHMS:
-        groups = torch.zeros(view.num_trajectories, dtype=torch.long).index_copy_(0, batch.trajectory, batch.group)
+        groups = batch.group.new_zeros(view.num_trajectories).index_copy_(0, batch.trajectory, batch.group)
         baseline = _GROUP_BASELINE[config.algorithm]
         episode = group_relative(rewards.sum(dim=1), groups, baseline)  # (N,)
         advantages = episode[:, None] * broadcast  # (N, L)
@@ -225,11 +225,11 @@ class TurnView:
         keep = action.bool() & (turn >= 0)  # (N, L)
         self.num_turns = int(turn.max()) + 1 if keep.any() else 1
         n, length = turn.shape
-        positions = torch.arange(length).expand(n, length)  # (N, L)
+        positions = torch.arange(length, device=turn.device).expand(n, length)  # (N, L)
         self.turn = turn.clamp(min=0)  # (N, L)
         self.keep = keep
-        self.present = torch.zeros(n, self.num_turns).scatter_add_(1, self.turn, keep.float()) > 0  # (N, K)
-        first = torch.full((n, self.num_turns), length, dtype=torch.long)
+        self.present = action.new_zeros(n, self.num_turns).scatter_add_(1, self.turn, keep.float()) > 0  # (N, K)
+        first = turn.new_full((n, self.num_turns), length)
         self.first_position = first.scatter_reduce(1, self.turn, torch.where(keep, positions, length), "amin")
         # the turn each token's reward belongs to: the latest turn at or before it
         self.owner = torch.where(keep, self.turn, -1).cummax(dim=1).values  # (N, L)
@@ -271,5 +271,5 @@ class TurnView:
 
     def first_token_mask(self) -> torch.Tensor:
         """1 at each turn's first sampled token. -> (N, L) float"""
-        positions = torch.arange(self.turn.shape[1]).expand_as(self.turn)
+        positions = torch.arange(self.turn.shape[1], device=self.turn.device).expand_as(self.turn)
         return (self.keep & (self.first_position.gather(1, self.turn) == positions)).float()
