@@ -162,7 +162,7 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
         assert batch.old_values is not None, "PPO needs the critic's values"
         values = view.to_trajectories(batch.old_values)
         if config.credit == "turn":
-            turns = TurnView(view.to_trajectories(batch.turn + 1) - 1, action, valid, config.advantage_mask)
+            turns = TurnView.of(batch, view, config.advantage_mask)
             turn_advantages, turn_returns = gae(
                 turns.sum(rewards), turns.first(values), turns.present, config.gamma, config.lam
             )  # (N, K) each
@@ -186,7 +186,7 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
         episode = group_relative(rewards.sum(dim=1), groups, baseline)  # (N,)
         advantages = episode[:, None] * broadcast  # (N, L)
         if config.decision_advantage_coef > 0:
-            turns = TurnView(view.to_trajectories(batch.turn + 1) - 1, action, valid, config.advantage_mask)
+            turns = TurnView.of(batch, view, config.advantage_mask)
             decisions = turns.shared(view.to_trajectories(batch.decision.float())).long()  # (N, K)
             per_turn = _per_decision_advantages(turns.sum(rewards), decisions, turns.present, groups, baseline)
             advantages = advantages + config.decision_advantage_coef * turns.broadcast(per_turn)
@@ -240,6 +240,13 @@ class TurnView:
             last = self.owner.max(dim=1, keepdim=True).values.expand(n, length)
             self.receiver = torch.where(following < self.num_turns, following, last)
             self.receiver = torch.where(valid.bool(), self.receiver, -1)  # (N, L)
+
+    @classmethod
+    def of(cls, batch: RolloutBatch, view: TrajectoryView, advantage_mask: bool = True) -> TurnView:
+        """The turns of a batch's trajectories, laid end to end by `view`."""
+        turn = view.to_trajectories(batch.turn + 1) - 1  # (N, L), -1 off the sampled tokens
+        action = view.to_trajectories(batch.action_mask)
+        return cls(turn, action, view.to_trajectories(batch.attention_mask.float()), advantage_mask)
 
     def sum(self, x: torch.Tensor) -> torch.Tensor:
         """Per turn, the sum of `x` over its tokens and the observation tokens after it. -> (N, K)"""
