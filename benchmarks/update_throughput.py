@@ -1,9 +1,17 @@
-"""One PPO update with SmolLM2-135M-Instruct on this CPU: trained tokens/s and peak memory, LoRA vs full.
+"""Updates with SmolLM2-135M-Instruct on this CPU.
 
-A synthetic rollout batch (random token ids, a quarter of them marked as sampled) goes through the trainer's
-scoring pass (old/reference log-probs and values, no gradients) and one epoch of optimisation. Each mode runs in a
-fresh process so its peak RSS is its own. Run: `python benchmarks/update_throughput.py [--rows 8 --tokens 512]`;
-`--no-onednn` computes the linear layers with torch's default BLAS.
+Default: one PPO update on a synthetic rollout batch (random token ids, a quarter of them marked as sampled) through
+the trainer's scoring pass (old/reference log-probs and values, no gradients) and one epoch of optimisation; trained
+tokens/s and peak memory, LoRA vs full, each mode in a fresh process so its peak RSS is its own. Run:
+`python benchmarks/update_throughput.py [--rows 8 --tokens 512]`; `--no-onednn` computes the linear layers with
+torch's default BLAS.
+
+`--compare-shared-prefix`: whole updates (rollout, scoring, optimisation) of `btc_momentum` with LoRA, 16
+two-decision episodes in groups of 4, three ways: the path before this benchmark's options (full prompt, every row
+run in full, old log-probs recomputed), the compact prompt alone, and the compact prompt with the shared prefix run
+once per micro-batch and the old log-probs the rollout sampled with (no policy pass in scoring without a critic). The modes alternate
+(ABC CBA ...) `--repeats` times each so that a drifting machine load hits them alike; the last line printed is
+`speedup: N.Nx`, the default path's mean seconds per update over the shared path's.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ def one_mode(lora: bool, rows: int, tokens: int, onednn: bool) -> dict:
     config = load_config(
         "btc_momentum",
         [f"model.lora.enabled={str(lora).lower()}", "train.epochs=1", f"train.minibatch_size={rows}",
-         "train.micro_batch_size=2", f"model.onednn={onednn}"],
+         "train.micro_batch_size=2", f"model.onednn={onednn}", "train.old_logprobs=recompute",
+         "train.share_prefix=false"],
     )
     models = load_agent_models(config.model, seed=0)
     trainer = Trainer(config, models, lambda n: [], Path("/tmp/r1trade-bench-run"))
@@ -65,14 +74,84 @@ def one_mode(lora: bool, rows: int, tokens: int, onednn: bool) -> dict:
     }
 
 
+SHARING_MODES = {  # the first is the path before the compact prompt, the shared prefix and rollout log-probs
+    "default": ["env.prompt=full", "train.share_prefix=false", "train.old_logprobs=recompute"],
+    "compact": ["env.prompt=compact", "train.share_prefix=false", "train.old_logprobs=recompute"],
+    "shared": ["env.prompt=compact", "train.share_prefix=true", "train.old_logprobs=rollout"],
+}
+SHARING_SETUP = ["rollout.num_envs=16", "train.group_size=4", "env.episode_decisions=2", "model.lora.enabled=true"]
+
+
+def compare_shared_prefix(repeats: int, modes: list[str], extra: list[str]) -> None:
+    """Whole updates of each mode, alternated; per phase seconds and tokens/s, then the speedup."""
+    from r1trade.agent.model import load_agent_models
+    from r1trade.config import load_config
+    from r1trade.env.trading_env import make_envs
+    from r1trade.rl.trainer import Trainer
+
+    print(cpu_header())
+    print(f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; btc_momentum, LoRA, "
+          f"{' '.join(SHARING_SETUP[:3])}; {repeats} updates per mode, alternated")
+    trainers = {}
+    for mode in modes:
+        config = load_config("btc_momentum", [*SHARING_SETUP, *SHARING_MODES[mode], *extra])
+        torch.manual_seed(config.seed)
+        models = load_agent_models(config.model, seed=config.seed)
+        trainers[mode] = Trainer(config, models, lambda n, c=config: make_envs(c, n, "train"),
+                                 Path(f"/tmp/r1trade-bench-{mode}"))
+    runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+    for round_ in range(repeats):
+        for mode in modes if round_ % 2 == 0 else modes[::-1]:
+            trainer = trainers[mode]
+            metrics = trainer.update()
+            trainer.state.step += 1
+            whole = metrics["rollout_seconds"] + metrics["score_seconds"] + metrics["update_seconds"]
+            runs[mode].append({**metrics, "whole_seconds": whole})
+            print(f"{mode:>8} update {len(runs[mode])}: rollout {metrics['rollout_seconds']:6.1f} s, "
+                  f"score {metrics['score_seconds']:6.1f} s, optimise {metrics['update_seconds']:6.1f} s, "
+                  f"whole {whole:6.1f} s | {metrics['scored_tokens']} tokens, {metrics['turns']:.1f} turns/episode, "
+                  f"valid calls {metrics.get('valid_call_rate', 0.0):.0%}",
+                  flush=True)
+    print()
+    print(f"{'mode':>8} | {'rollout s':>9} {'score s':>8} {'optimise s':>10} {'whole s':>8} | "
+          f"{'rollout tok/s':>13} {'scored tok/s':>12} {'trained tok/s':>13} | tokens/row")
+    means = {}
+    for mode, rows in runs.items():
+        mean = {k: sum(r[k] for r in rows) / len(rows) for k in
+                ("rollout_seconds", "score_seconds", "update_seconds", "whole_seconds", "scored_tokens",
+                 "trained_tokens", "rollout_tokens_per_s")}
+        segments = trainers[mode].config.rollout.num_envs
+        means[mode] = mean
+        print(f"{mode:>8} | {mean['rollout_seconds']:9.1f} {mean['score_seconds']:8.1f} "
+              f"{mean['update_seconds']:10.1f} {mean['whole_seconds']:8.1f} | {mean['rollout_tokens_per_s']:13.1f} "
+              f"{mean['scored_tokens'] / mean['score_seconds']:12.0f} "
+              f"{mean['trained_tokens'] / mean['update_seconds']:13.0f} | {mean['scored_tokens'] / segments:.0f}")
+    first, last = modes[0], modes[-1]
+    spread = [r["whole_seconds"] for r in runs[first]], [r["whole_seconds"] for r in runs[last]]
+    print(f"{first} whole-update seconds {', '.join(f'{x:.1f}' for x in spread[0])}; "
+          f"{last}: {', '.join(f'{x:.1f}' for x in spread[1])}")
+    print(f"speedup: {means[first]['whole_seconds'] / means[last]['whole_seconds']:.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--no-onednn", action="store_true", help="linear layers by torch's default BLAS")
     parser.add_argument("--mode", choices=["lora", "full"], help=argparse.SUPPRESS)
+    parser.add_argument("--compare-shared-prefix", action="store_true",
+                        help="whole btc_momentum updates: default path vs compact prompt vs compact + shared prefix")
+    parser.add_argument("--repeats", type=int, default=2, help="updates per mode with --compare-shared-prefix")
+    parser.add_argument("--modes", default=",".join(SHARING_MODES), help="with --compare-shared-prefix: which, in order")
+    parser.add_argument("--set", action="append", default=[], help="extra config overrides (a.b=c)")
     args = parser.parse_args()
     keep_freed_memory()
+    if args.compare_shared_prefix:
+        from r1trade.quiet import quiet_third_party
+
+        quiet_third_party()
+        compare_shared_prefix(args.repeats, args.modes.split(","), args.set)
+        return
     if args.mode:
         print(json.dumps(one_mode(args.mode == "lora", args.rows, args.tokens, not args.no_onednn)))
         return

@@ -13,6 +13,7 @@ from r1trade.agent.model import build_tiny_tokenizer
 from r1trade.agent.rollout import ChatTokens, Turn
 from r1trade.agent.warmstart import ACTION_PROMPT, collect_demonstrations, observed_changes, random_turn
 from r1trade.config import load_config
+from r1trade.errors import ConfigError
 from r1trade.env.trading_env import make_envs
 
 CHANGE = r"(\d+) bars ([+-]\d+\.\d\d%|n/a)"
@@ -102,3 +103,27 @@ def test_the_decision_token_follows_action_or_is_the_first() -> None:
     info_call = Turn(0, 0, 1, "x", 0.0, False, {"parse_error": None, "tool_error": None,
                                                   "action": {"name": "get_candles", "arguments": {}}})
     assert classify(malformed) == "malformed" and classify(info_call) == "info"
+
+
+def test_warmstart_actions_narrow_the_random_choice() -> None:
+    config = load_config("smoke", ["env.episode_decisions=4"])
+    (env,) = make_envs(config, 1)
+    rng = np.random.default_rng(3)
+    env.reset(seed=3)
+    said = Counter()
+    for _ in range(60):
+        text = random_turn(env, rng, ["long", "short"])
+        said[LINE.match(text.split("\n", 1)[0])[5]] += 1
+        _, _, terminated, truncated, _ = env.step(text)
+        if terminated or truncated:
+            env.reset(seed=4)
+    assert set(said) == {"long", "short"} and min(said.values()) >= 20  # both drawn, about equally (60 draws)
+    no_shorts = load_config("smoke", ["env.allow_short=false"])
+    (env,) = make_envs(no_shorts, 1)
+    env.reset(seed=0)
+    try:
+        random_turn(env, rng, ["short"])
+    except ConfigError as error:
+        assert "warmstart.actions" in str(error)
+    else:
+        raise AssertionError("a choice of nothing must be refused")

@@ -62,7 +62,8 @@ def test_deepspeed_zero2_matches_plain_data_parallel_and_resumes_exactly(plain_r
 
 
 def metrics_without_timing(run_dir: Path) -> list[dict]:
-    timing = {"rollout_tokens_per_s", "update_tokens_per_s", "rollout_seconds", "update_seconds", "peak_memory_mb"}
+    timing = {"rollout_tokens_per_s", "update_tokens_per_s", "rollout_seconds", "score_seconds", "update_seconds",
+              "peak_memory_mb"}
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["update"] for row in rows] == [1, 2]
     return [{k: v for k, v in row.items() if k not in timing} for row in rows]

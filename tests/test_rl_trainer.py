@@ -82,7 +82,8 @@ def test_resume_continues_exactly(tmp_path: Path):
         assert torch.equal(a, b)
     for a, b in zip(straight.models.critic.parameters(), resumed.models.critic.parameters(), strict=True):
         assert torch.equal(a, b)
-    timing = {"rollout_tokens_per_s", "update_tokens_per_s", "rollout_seconds", "update_seconds", "peak_memory_mb"}
+    timing = {"rollout_tokens_per_s", "update_tokens_per_s", "rollout_seconds", "score_seconds", "update_seconds",
+              "peak_memory_mb"}
     clean = lambda rows: [{k: v for k, v in row.items() if k not in timing} for row in rows]  # noqa: E731
     assert clean(read_metrics(tmp_path / "straight")) == clean(read_metrics(tmp_path / "split"))
 

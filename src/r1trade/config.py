@@ -283,6 +283,14 @@ class TrainConfig(Section):
     top_group_frac: float = Field(1.0, gt=0, le=1, description="StarPO-S: keep groups with the largest reward std")
     max_grad_norm: float = Field(1.0, gt=0)
     logprob_chunk: int = Field(256, ge=1, description="tokens per chunk when computing log-probs")
+    old_logprobs: Literal["rollout", "recompute"] = Field(
+        "rollout", description="PPO's old log-probs: as the rollout sampled them (same weights, within 1e-4 of a "
+        "fresh pass; saves the scoring pass's policy forward when there is no critic), or recomputed"
+    )
+    share_prefix: bool = Field(
+        True, description="run the tokens a micro-batch's rows share (system prompt, a group's first observation) "
+        "once instead of once per row; exact, only faster"
+    )
     checkpoint_every: int = Field(10, ge=1)
     tensorboard: bool = False
     echo_min_reward_std: float = Field(1e-4, ge=0, description="warn when reward std falls below this")
@@ -305,6 +313,11 @@ class WarmstartConfig(Section):
 
     policy: Literal["rule", "random"] = Field(
         "rule", description="demonstrations: the trend rule, or uniformly random trades (format only)"
+    )
+    actions: list[Literal["long", "short", "hold", "close"]] = Field(
+        ["long", "short", "hold", "close"], min_length=1,
+        description="the random policy's choices, drawn uniformly (e.g. [long, short]: always in the market, in a "
+        "random direction)",
     )
     episodes: int = Field(16, ge=1, description="demonstration episodes played on the train split")
     episode_decisions: int | None = Field(

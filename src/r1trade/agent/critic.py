@@ -6,12 +6,13 @@ trainer can compute the policy's log-probs (in chunks) and a value head's values
 
 from __future__ import annotations
 
+import inspect
 from typing import Literal
 
 import torch
 from peft import PeftModel
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 CriticKind = Literal["value_head", "separate"]
 
@@ -26,16 +27,61 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
 
 
-def backbone_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Final hidden states (after the last norm) of a causal LM for (B, T) token ids. -> (B, T, H)"""
+def backbone_hidden(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, share_prefix: bool = False
+) -> torch.Tensor:
+    """Final hidden states (after the last norm) of a causal LM for (B, T) token ids. -> (B, T, H)
+
+    With `share_prefix`, the leading tokens every row has in common (`common_prefix_length`: the system prompt,
+    and the first observation too where the rows replay the same window) go through the model once for the
+    batch; each row then runs only its own tokens, attending to the prefix's keys and values. The result, and its
+    gradients (the prefix's sum over the rows that read it), are those of the plain pass up to float rounding.
+    """
     decoder = causal_lm(model).get_decoder()
-    output = decoder(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
+    positions = position_ids_from_mask(attention_mask)  # (B, T)
+    shared = common_prefix_length(input_ids, attention_mask) if share_prefix else 0
+    if shared == 0:
+        # rows padded on the right only need no mask: causality alone keeps every real token from the padding,
+        # and the causal kernel skips the masked half of the scores
+        mask = None if right_padded(attention_mask) else attention_mask
+        output = decoder(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False)
+        return output.last_hidden_state  # (B, T, H); padding positions hold values nothing reads
+    rows = input_ids.shape[0]
+    prefix = decoder(
+        input_ids=input_ids[:1, :shared], attention_mask=attention_mask[:1, :shared],
+        position_ids=positions[:1, :shared], use_cache=True,
     )
-    return output.last_hidden_state  # (B, T, H)
+    # every row reads the prefix's keys and values (B, H_kv, P, D): a view, so their gradients add up in it
+    cache = DynamicCache(
+        [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1))
+         for layer in prefix.past_key_values.layers],
+        config=decoder.config,
+    )
+    own = decoder(
+        input_ids=input_ids[:, shared:], attention_mask=attention_mask, position_ids=positions[:, shared:],
+        use_cache=True, **{_cache_keyword(decoder): cache},
+    )
+    prefix_hidden = prefix.last_hidden_state.expand(rows, -1, -1)  # (B, P, H)
+    return torch.cat([prefix_hidden, own.last_hidden_state], dim=1)  # (B, T, H)
+
+
+def right_padded(attention_mask: torch.Tensor) -> bool:
+    """True when every row is its real tokens followed by padding (no padding before or between them)."""
+    return bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+
+
+def _cache_keyword(decoder: nn.Module) -> str:
+    """The name the decoder takes its key/value cache by: `cache` since transformers 5.2x, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+
+def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """How many leading columns hold the same real token in every row, leaving each row at least its last column
+    to run on its own (0 if the rows differ at once)."""
+    same = (input_ids == input_ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0)  # (T,)
+    differs = (~same).nonzero()
+    length = int(differs[0]) if len(differs) else input_ids.shape[1]
+    return min(length, input_ids.shape[1] - 1)
 
 
 class Critic(nn.Module):
@@ -77,10 +123,14 @@ class Critic(nn.Module):
         attention_mask: torch.Tensor,
         *,
         hidden: torch.Tensor | None = None,
+        share_prefix: bool = False,
     ) -> torch.Tensor:
-        """Values (B, T) for (B, T) token ids; `hidden` (B, T, H) reuses the policy's forward pass (value head only)."""
+        """Values (B, T) for (B, T) token ids; `hidden` (B, T, H) reuses the policy's forward pass (value head only);
+        `share_prefix` as in `backbone_hidden`."""
         if hidden is None:
-            hidden = backbone_hidden(self.backbone_model(), input_ids, attention_mask)  # (B, T, H)
+            hidden = backbone_hidden(
+                self.backbone_model(), input_ids, attention_mask, share_prefix=share_prefix
+            )  # (B, T, H)
         elif not self.shares_policy_backbone:
             raise ValueError("a separate critic computes its own hidden states; pass hidden=None")
         return self.head(hidden.float()).squeeze(-1)  # (B, T)

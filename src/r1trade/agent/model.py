@@ -359,6 +359,7 @@ def token_logprobs(
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     hidden: torch.Tensor | None = None,
+    share_prefix: bool = False,
 ) -> torch.Tensor:
     """log p(input_ids[:, t] | input_ids[:, :t]) as (B, T) float32; unscored positions get 0.
 
@@ -367,10 +368,12 @@ def token_logprobs(
     chunks of `chunk_size` rows of logits, so the (B, T, vocab) logits never exist at once. With gradients on,
     each chunk is recomputed in the backward pass instead of being stored. `hidden` (B, T, H) from
     `backbone_hidden` reuses a forward pass shared with a value-head critic. `temperature` divides the logits
-    (use the sampling temperature for old log-probs and the PPO ratio).
+    (use the sampling temperature for old log-probs and the PPO ratio). `share_prefix` runs the rows' common
+    prefix once (`backbone_hidden`).
     """
     logprobs, _ = _score_tokens(
-        model, input_ids, attention_mask, token_mask, temperature, chunk_size, hidden, with_entropy=False
+        model, input_ids, attention_mask, token_mask, temperature, chunk_size, hidden, share_prefix,
+        with_entropy=False,
     )
     return logprobs
 
@@ -384,10 +387,12 @@ def token_logprobs_and_entropy(
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     hidden: torch.Tensor | None = None,
+    share_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_logprobs` and the entropy (nats) of the distribution each scored token was drawn from, both (B, T)."""
     logprobs, entropy = _score_tokens(
-        model, input_ids, attention_mask, token_mask, temperature, chunk_size, hidden, with_entropy=True
+        model, input_ids, attention_mask, token_mask, temperature, chunk_size, hidden, share_prefix,
+        with_entropy=True,
     )
     assert entropy is not None
     return logprobs, entropy
@@ -401,11 +406,12 @@ def _score_tokens(
     temperature: float,
     chunk_size: int,
     hidden: torch.Tensor | None,
+    share_prefix: bool,
     *,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     if hidden is None:
-        hidden = backbone_hidden(model, input_ids, attention_mask)  # (B, T, H)
+        hidden = backbone_hidden(model, input_ids, attention_mask, share_prefix=share_prefix)  # (B, T, H)
     head = causal_lm(model).get_output_embeddings()
     scored = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()  # (B, T-1): token t+1 from state t
     if token_mask is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,14 +80,16 @@ def observed_changes(env: TradingEnv) -> str:
     return ", ".join(parts)
 
 
-def random_turn(env: TradingEnv, rng: np.random.Generator) -> str:
+def random_turn(env: TradingEnv, rng: np.random.Generator, choices: Sequence[str] = TRADE_ACTIONS) -> str:
     """A uniformly random trade action after a line that restates the observed changes and nothing else.
 
-    The action is drawn from long, short (when allowed), hold and close; an order's size, stop and take-profit are
-    drawn too. The reasoning names no cause: it says what the observation showed, then `Action: <action>.`; the
+    The action is drawn from `choices` (long, short when allowed, hold and close by default); an order's size, stop
+    and take-profit are drawn too. The reasoning names no cause: it says what the observation showed, then `Action: <action>.`; the
     token after `Action:` is the one that picks the trade, and the call carries it out.
     """
-    actions = [a for a in TRADE_ACTIONS if a != "short" or env.env_config.allow_short]
+    actions = [a for a in choices if a != "short" or env.env_config.allow_short]
+    if not actions:
+        raise ConfigError("warmstart.actions leaves nothing to do: add long, hold or close (shorts are not allowed)")
     action = actions[int(rng.integers(len(actions)))]
     if action in ("long", "short"):
         size = min(_SIZES[int(rng.integers(len(_SIZES)))], env.env_config.max_position_frac)
@@ -120,7 +123,7 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
         ids = chat.context(messages)
         mask = [0] * len(ids)
         while True:
-            text = demonstration_turn(env) if policy == "rule" else random_turn(env, actions)
+            text = demonstration_turn(env) if policy == "rule" else random_turn(env, actions, config.warmstart.actions)
             turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
             end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
             ids += [*turn, end, *rest]

@@ -60,6 +60,11 @@ class RolloutBatch:
         width = int(used.max()) + 1 if len(used) else 0
         return RolloutBatch(**{k: (v[:, :width] if v is not None and v.dim() == 2 else v) for k, v in picked.items()})
 
+    def through_column(self, width: int) -> RolloutBatch:
+        """The batch with every (R, T) tensor cut to its first `width` columns."""
+        cut = {f.name: getattr(self, f.name) for f in fields(self)}
+        return RolloutBatch(**{k: (v[:, :width] if v is not None and v.dim() == 2 else v) for k, v in cut.items()})
+
 
 def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
     """Stack every segment of every trajectory as a right-padded row, each sampled token tagged with its turn."""

@@ -53,11 +53,11 @@ class Outputs:
 
 def token_outputs(
     models: AgentModels, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float, chunk: int,
-    with_values: bool, token_mask: torch.Tensor | None = None,
+    with_values: bool, token_mask: torch.Tensor | None = None, share_prefix: bool = False,
 ) -> Outputs:
     """One backbone pass: log-probs and entropy from the LM head (in chunks, only where `token_mask` is 1, or
-    every real token without one), values from the critic."""
-    hidden = backbone_hidden(models.policy, input_ids, attention_mask)  # (B, T, H)
+    every real token without one), values from the critic; `share_prefix` runs the rows' common prefix once."""
+    hidden = backbone_hidden(models.policy, input_ids, attention_mask, share_prefix=share_prefix)  # (B, T, H)
     logprobs, entropy = token_logprobs_and_entropy(
         models.policy, input_ids, attention_mask, token_mask=token_mask, temperature=temperature, chunk_size=chunk,
         hidden=hidden,
@@ -65,7 +65,7 @@ def token_outputs(
     values = None
     if with_values:
         shared = hidden if models.critic.shares_policy_backbone else None
-        raw = models.critic(input_ids, attention_mask, hidden=shared)  # (B, T) V(prefix through t)
+        raw = models.critic(input_ids, attention_mask, hidden=shared, share_prefix=share_prefix)  # (B, T) V(..t)
         values = torch.cat([raw.new_zeros(raw.shape[0], 1), raw[:, :-1]], dim=1)  # (B, T) V(prefix before t)
     return Outputs(logprobs, entropy, values)
 
@@ -144,7 +144,9 @@ class Trainer:
         batch = collate(trajectories, pad_id=self.engine.pad_id).to(self.accelerator.device)
         batch = filter_top_groups(batch, cfg.top_group_frac)
         # 2. score and 3. advantages (no gradients)
+        started = time.perf_counter()
         batch = compute_advantages(self.score(batch), cfg)
+        score_seconds = time.perf_counter() - started
         # 4. optimise
         started = time.perf_counter()
         stats = self.optimise(batch)
@@ -158,7 +160,10 @@ class Trainer:
             rollout_tokens_per_s=sampled / max(rollout_seconds, 1e-9),
             update_tokens_per_s=trained / max(update_seconds, 1e-9),
             rollout_seconds=rollout_seconds,
+            score_seconds=score_seconds,
             update_seconds=update_seconds,
+            trained_tokens=trained,
+            scored_tokens=int(batch.attention_mask.sum()),
             peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             learning_rate=self.scheduler.get_last_lr()[0],
         )
@@ -177,25 +182,33 @@ class Trainer:
 
     @torch.no_grad()
     def score(self, batch: RolloutBatch) -> RolloutBatch:
-        """Old log-probs and values from the current models, reference log-probs with the adapter off."""
+        """Old log-probs and values from the current models, reference log-probs with the adapter off.
+
+        With `train.old_logprobs: rollout` (and the loss mask on) the old log-probs are those the rollout sampled
+        with, already in `batch`: the policy's pass here then only runs for a critic's values."""
         cfg = self.config.train
+        reuse = cfg.old_logprobs == "rollout" and cfg.loss_mask
         old_logprobs, ref_logprobs, values = [], [], []
         temperature = self._temperature()
         for rows in _chunks(batch.rows, cfg.micro_batch_size):
-            ids, mask, scored = batch.input_ids[rows], batch.attention_mask[rows], self._scored(batch.action_mask[rows])
-            out = token_outputs(
-                self.models, ids, mask, temperature=temperature, chunk=cfg.logprob_chunk,
-                with_values=self.uses_critic, token_mask=scored,
-            )
-            old_logprobs.append(out.logprobs)
-            values.append(out.values)
+            micro = self._through_last_action(batch.select(rows))
+            ids, mask, scored = micro.input_ids, micro.attention_mask, self._scored(micro.action_mask)
+            if self.uses_critic or not reuse:
+                out = token_outputs(
+                    self.models, ids, mask, temperature=temperature, chunk=cfg.logprob_chunk,
+                    with_values=self.uses_critic, token_mask=scored, share_prefix=cfg.share_prefix,
+                )
+                old_logprobs.append(out.logprobs)
+                values.append(out.values)
             with reference_context(self.models) as reference:
                 ref_logprobs.append(token_logprobs(
-                    reference, ids, mask, token_mask=scored, temperature=temperature, chunk_size=cfg.logprob_chunk
+                    reference, ids, mask, token_mask=scored, temperature=temperature, chunk_size=cfg.logprob_chunk,
+                    share_prefix=cfg.share_prefix,
                 ))
-        batch.old_logprobs = torch.cat(old_logprobs)
-        batch.ref_logprobs = torch.cat(ref_logprobs)
-        batch.old_values = torch.cat(values) if self.uses_critic else None
+        if not reuse:
+            batch.old_logprobs = _stack(old_logprobs, tuple(batch.input_ids.shape))
+        batch.ref_logprobs = _stack(ref_logprobs, tuple(batch.input_ids.shape))
+        batch.old_values = _stack(values, tuple(batch.input_ids.shape)) if self.uses_critic else None
         return batch
 
     def optimise(self, batch: RolloutBatch) -> dict:
@@ -209,7 +222,9 @@ class Trainer:
         for _ in range(cfg.epochs):
             order = torch.randperm(batch.rows, generator=order_generator)
             for start in range(0, most_rows, cfg.minibatch_size):  # every process takes the same number of steps
-                minibatch = batch.select(order[start : start + cfg.minibatch_size])
+                rows = order[start : start + cfg.minibatch_size]
+                # rows of one group side by side: a micro-batch of them shares more prefix (same gradient)
+                minibatch = batch.select(rows[torch.argsort(batch.group[rows], stable=True)])
                 stats, finite = self.step(minibatch, filler)
                 skipped += not finite
                 for key, value in stats.items():
@@ -253,10 +268,12 @@ class Trainer:
     def loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The algorithm's loss on a micro-batch (a mean over its loss-mask tokens)."""
         cfg = self.config.train
+        micro = self._through_last_action(micro)
         mask = self._loss_mask(micro)
         out = token_outputs(
             self.models, micro.input_ids, micro.attention_mask, temperature=self._temperature(),
             chunk=cfg.logprob_chunk, with_values=self.uses_critic, token_mask=self._scored(micro.action_mask),
+            share_prefix=cfg.share_prefix,
         )
         pg, stats = policy_loss(out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high)
         entropy = entropy_bonus(out.entropy, mask)
@@ -352,6 +369,15 @@ class Trainer:
         valid[:, 0] = 0.0  # the first token of a row has no prefix to predict it from
         return valid
 
+    def _through_last_action(self, batch: RolloutBatch) -> RolloutBatch:
+        """The batch cut after its last sampled token when both masks are on: attention is causal, so no later
+        token changes a log-prob, value or loss term the update reads (with a mask off, later tokens count)."""
+        cfg = self.config.train
+        sampled = batch.action_mask.any(dim=0).nonzero()
+        if not (cfg.loss_mask and cfg.advantage_mask) or len(sampled) == 0:
+            return batch
+        return batch.through_column(int(sampled.max()) + 1)
+
     def _scored(self, action_mask: torch.Tensor) -> torch.Tensor | None:
         """Tokens whose log-probs are needed: the sampled ones, or all when the loss mask is off (ablation)."""
         return action_mask if self.config.train.loss_mask else None
@@ -427,6 +453,16 @@ def _accelerator() -> Accelerator:
 
 def _episode_seed(seed: int, update: int, group: int) -> int:
     return (seed * 1_000_003 + update * 10_007 + group) % (2**31 - 1)
+
+
+def _stack(pieces: list[torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:
+    """Micro-batch outputs (r, t ≤ T) stacked into (R, T), zeros after each piece's last column."""
+    out = pieces[0].new_zeros(shape)
+    start = 0
+    for piece in pieces:
+        out[start : start + piece.shape[0], : piece.shape[1]] = piece
+        start += piece.shape[0]
+    return out
 
 
 def _chunks(n: int, size: int) -> list[torch.Tensor]:
