@@ -344,3 +344,22 @@ def test_env_step_never_crashes(seed_texts: list[str], seed: int) -> None:
         assert math.isfinite(info["equity"])
         if terminated or truncated:
             env.reset()
+
+
+def test_each_decision_reports_whether_its_position_pointed_the_way_the_market_moved() -> None:
+    """Worked example, decision_every 2: from bar t the position is filled at open[t+1] and held to close[t+2]."""
+    from env_fixtures import flat_then
+
+    # bars 0-2 at 100; then 101, 102 (up), 101, 100 (down), 101, 102 (up), 102, 102 (no move)
+    env = make_env(flat_then([101, 102, 101, 100, 101, 102, 102, 102]), decision_every=2, episode_decisions=4)
+    env.reset(options={"start": 2, "decisions": 4})
+    rights = []
+    for text in (long(), long(), hold(), short()):  # up: right; down: wrong; held long into up: right; flat move
+        *_, info = env.step(text)
+        rights.append(info["direction_right"])
+    assert rights == [True, False, True, False]
+    env.reset(options={"start": 2, "decisions": 2})
+    *_, info = env.step(hold())  # flat into a rise counts as wrong
+    assert info["direction_right"] is False
+    *_, info = env.step(call("get_candles", n=2))  # no decision yet: nothing to judge
+    assert info["direction_right"] is None

@@ -179,3 +179,17 @@ def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Pat
         action = batch.action_mask[0].bool()
         assert grad[action].sum() > 0
         assert (grad[observation].sum() == 0) == masked
+
+
+def test_episode_metrics_count_direction_accuracy_over_decisions_only():
+    from r1trade.agent.rollout import Trajectory, Turn
+    from r1trade.rl.trainer import episode_metrics
+
+    def turn(right):
+        return Turn(0, 0, 1, "x", 0.0, False, {"parse_error": None, "tool_error": None, "direction_right": right})
+
+    first = Trajectory(seed=0, group=0, turns=[turn(None), turn(True), turn(False)])  # an info call, then 2 decisions
+    second = Trajectory(seed=1, group=0, turns=[turn(True), turn(True)])
+    metrics = episode_metrics([first, second])
+    assert metrics["direction_accuracy"] == pytest.approx(3 / 4)
+    assert "direction_accuracy" not in episode_metrics([Trajectory(seed=0, group=0, turns=[turn(None)])])

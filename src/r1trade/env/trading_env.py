@@ -45,6 +45,7 @@ class _Episode:
     actions: list[str] = field(default_factory=list)
     fills: list[Fill] = field(default_factory=list)
     marks: list[tuple[int, float]] = field(default_factory=list)  # (bar, equity at its close)
+    direction_right: list[bool] = field(default_factory=list)  # per decision: position and next move agree
     done: bool = False
 
 
@@ -328,6 +329,8 @@ class TradingEnv:
             "bar": episode.bar,
             "decision_index": decision,
             "decision_done": order is not None,
+            # as the backtest's Direction Accuracy counts it: long or short the way the market then moved
+            "direction_right": episode.direction_right[-1] if order is not None else None,
             "context_reset": context_reset,
         }
         if episode.done:
@@ -342,7 +345,11 @@ class TradingEnv:
         portfolio = episode.portfolio
         equity_before = portfolio.equity(replay.close[episode.bar])
         self._score_intent(order, raw)
+        held = order.target if order.target is not None else portfolio.target  # the position after the fill
+        t = episode.bar
         fills, bankrupt = self._walk_market(order)
+        move = replay.close[episode.bar] - replay.open[t + 1]  # over the interval the position is held
+        episode.direction_right.append(bool(np.sign(held) * np.sign(move) > 0))  # flat counts as wrong
         equity_after = portfolio.equity(replay.close[episode.bar])
         self._score_outcome(raw, fills, equity_before=equity_before, equity_after=equity_after)
         episode.fills += fills

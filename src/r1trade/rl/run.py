@@ -59,6 +59,8 @@ def _figures(metrics: dict) -> str:
     parts = [f"return {metrics['episode_return']:+.3f}"]
     if "valid_call_rate" in metrics:
         parts.append(f"valid {metrics['valid_call_rate']:.0%}")
+    if "direction_accuracy" in metrics:
+        parts.append(f"dir {metrics['direction_accuracy']:.0%}")
     if "episode_pnl_pct" in metrics:
         parts.append(f"pnl {metrics['episode_pnl_pct']:+.2f}%")
     parts += [f"kl {metrics.get('kl_ref', 0.0):.3f}", f"H {metrics.get('entropy', 0.0):.2f}"]

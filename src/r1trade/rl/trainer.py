@@ -416,7 +416,8 @@ class Trainer:
 
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict:
-    """Per-update means over episodes: return, each reward component, PnL, valid-call rate, turn counts."""
+    """Per-update means over episodes: return, each reward component, PnL, valid-call rate, direction accuracy,
+    turn counts."""
     returns = torch.tensor([t.total_reward for t in trajectories])
     metrics: dict = {
         "episode_return": float(returns.mean()),
@@ -435,6 +436,9 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
     if turns:
         valid = [info["parse_error"] is None and info.get("tool_error") is None for info in turns]
         metrics["valid_call_rate"] = sum(valid) / len(valid)
+    directions = [info["direction_right"] for info in turns if info.get("direction_right") is not None]
+    if directions:  # the backtest's Direction Accuracy over this update's (sampled) decisions
+        metrics["direction_accuracy"] = sum(directions) / len(directions)
     episodes = [t.final_info["episode"] for t in trajectories if "episode" in t.final_info]
     if episodes:
         metrics["episode_pnl_pct"] = sum(e["return_pct"] for e in episodes) / len(episodes)
