@@ -142,7 +142,8 @@ def main() -> None:
     parser.add_argument("--compare-shared-prefix", action="store_true",
                         help="whole btc_momentum updates: default path vs compact prompt vs compact + shared prefix")
     parser.add_argument("--repeats", type=int, default=2, help="updates per mode with --compare-shared-prefix")
-    parser.add_argument("--modes", default=",".join(SHARING_MODES), help="with --compare-shared-prefix: which, in order")
+    parser.add_argument("--modes", default=",".join(SHARING_MODES),
+                        help="with --compare-shared-prefix: which modes, in order")
     parser.add_argument("--set", action="append", default=[], help="extra config overrides (a.b=c)")
     args = parser.parse_args()
     keep_freed_memory()

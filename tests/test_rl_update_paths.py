@@ -62,7 +62,8 @@ def make_trainer(
 ) -> Trainer:
     config = load_config(None, [
         "model.name_or_path=tiny-random", f"model.lora.enabled={str(lora).lower()}", f"model.critic={critic}",
-        f"train.algorithm={algorithm}", "train.group_size=2", "train.kl_coef=0.05", "train.entropy_coef=0.01", "train.minibatch_size=4",
+        f"train.algorithm={algorithm}", "train.group_size=2", "train.kl_coef=0.05", "train.entropy_coef=0.01",
+        "train.minibatch_size=4",
         "train.micro_batch_size=4", "train.logprob_chunk=7", f"train.share_prefix={str(share).lower()}",
         "train.old_logprobs=recompute",
     ])

@@ -84,8 +84,8 @@ def random_turn(env: TradingEnv, rng: np.random.Generator, choices: Sequence[str
     """A uniformly random trade action after a line that restates the observed changes and nothing else.
 
     The action is drawn from `choices` (long, short when allowed, hold and close by default); an order's size, stop
-    and take-profit are drawn too. The reasoning names no cause: it says what the observation showed, then `Action: <action>.`; the
-    token after `Action:` is the one that picks the trade, and the call carries it out.
+    and take-profit are drawn too. The reasoning names no cause: it says what the observation showed, then
+    `Action: <action>.`; the token after `Action:` is the one that picks the trade, and the call carries it out.
     """
     actions = [a for a in choices if a != "short" or env.env_config.allow_short]
     if not actions:

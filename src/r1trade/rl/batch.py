@@ -55,10 +55,9 @@ class RolloutBatch:
     def select(self, rows: torch.Tensor) -> RolloutBatch:
         """The sub-batch of the given row indices (trailing all-padding columns trimmed)."""
         picked = {f.name: getattr(self, f.name) for f in fields(self)}
-        picked = {k: (v[rows] if v is not None else None) for k, v in picked.items()}
-        used = picked["attention_mask"].sum(dim=0).nonzero()
-        width = int(used.max()) + 1 if len(used) else 0
-        return RolloutBatch(**{k: (v[:, :width] if v is not None and v.dim() == 2 else v) for k, v in picked.items()})
+        picked = RolloutBatch(**{k: (v[rows] if v is not None else None) for k, v in picked.items()})
+        used = picked.attention_mask.sum(dim=0).nonzero()
+        return picked.through_column(int(used.max()) + 1 if len(used) else 0)
 
     def through_column(self, width: int) -> RolloutBatch:
         """The batch with every (R, T) tensor cut to its first `width` columns."""
