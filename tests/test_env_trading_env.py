@@ -353,13 +353,15 @@ def test_each_decision_reports_whether_its_position_pointed_the_way_the_market_m
     # bars 0-2 at 100; then 101, 102 (up), 101, 100 (down), 101, 102 (up), 102, 102 (no move)
     env = make_env(flat_then([101, 102, 101, 100, 101, 102, 102, 102]), decision_every=2, episode_decisions=4)
     env.reset(options={"start": 2, "decisions": 4})
-    rights = []
+    rights, moves = [], []
     for text in (long(), long(), hold(), short()):  # up: right; down: wrong; held long into up: right; flat move
         *_, info = env.step(text)
         rights.append(info["direction_right"])
+        moves.append(info["move_sign"])
     assert rights == [True, False, True, False]
+    assert moves == [1, -1, 1, 0]
     env.reset(options={"start": 2, "decisions": 2})
     *_, info = env.step(hold())  # flat into a rise counts as wrong
     assert info["direction_right"] is False
     *_, info = env.step(call("get_candles", n=2))  # no decision yet: nothing to judge
-    assert info["direction_right"] is None
+    assert info["direction_right"] is None and info["move_sign"] is None

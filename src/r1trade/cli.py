@@ -334,12 +334,14 @@ def action_stats_command(
     table.add_row("valid calls", f"{stats.valid_call_rate:.1%}", f"{stats.sampled_valid_call_rate:.1%}")
     for kind, share in stats.mix.items():
         table.add_row(f"  {kind}", f"{share:.1%}", f"{stats.sampled_mix[kind]:.1%}")
+    table.add_row("direction accuracy", f"{stats.direction_accuracy:.1%}", f"{stats.sampled_direction_accuracy:.1%}")
     console.print(table)
     console.print(
         f"{stats.decisions} greedy trade decisions: entropy at the decision token {stats.decision_token_entropy:.3f} "
         f"nats; after 'Action:' ({stats.action_prompt_share:.0%} of them) the action choice's entropy is "
         f"{stats.action_entropy:.3f} nats (ln 4 = 1.386), P = "
         + ", ".join(f"{a} {p:.2f}" for a, p in stats.action_probabilities.items())
+        + f"; expected direction accuracy there {stats.expected_direction_accuracy:.1%}"
     )
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -397,6 +399,31 @@ def compare_runs(
     from r1trade.rl.plots import plot_comparison
 
     console.print(f"wrote {plot_comparison(run_dirs, out, metric)}")
+
+
+@app.command("ladder-record")
+def ladder_record_command(
+    report: Annotated[Path, typer.Option(help="a backtest report directory (its metrics.json)")],
+    checkpoint: Annotated[Path, typer.Option(help="the evaluated checkpoint, runs/<name>/checkpoints/step-N")],
+    level: Annotated[str, typer.Option(help="planted_edge or btc")],
+    variant: Annotated[str, typer.Option(help="what the run is, e.g. 'rloo turn-level, full masks, seed 0'")],
+    command: Annotated[str, typer.Option(help="the backtest command that wrote the report")],
+    model: Annotated[str, typer.Option(help="the model and adapter, as the record should name them")],
+    agent: Annotated[str | None, typer.Option(help="the agent's row (default: the report's only 'agent (...)')")]
+    = None,
+    warmstart: Annotated[str, typer.Option(help="the warm start's row")] = "base model",
+    ladder: Annotated[Path, typer.Option(help="the ladder file")] = Path("docs/results/ladder.json"),
+) -> None:
+    """Add a learning run's held-out figures to docs/results/ladder.json (one record per level and variant)."""
+    from r1trade.backtest.ladder import add_record, ladder_record
+
+    if level not in ("planted_edge", "btc"):
+        raise UsageError(f"--level must be planted_edge or btc, not '{level}'")
+    record = ladder_record(report, checkpoint, level=level, variant=variant, model=model, command=command,
+                           agent=agent, warmstart=warmstart)  # type: ignore[arg-type]
+    records = add_record(ladder, record)
+    console.print_json(json.dumps(record))
+    console.print(f"{ladder}: {len(records)} records")
 
 
 @app.command()

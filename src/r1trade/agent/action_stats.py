@@ -7,8 +7,13 @@ greedily through the real environment and measures both:
   greedy and sampled at the rollout temperature (the sampled mix is what RL explores with);
 - at the *decision token* of each greedy trade turn, the policy's next-token entropy over the whole vocabulary. The
   decision token is the one after `Action:` when the turn has one (the `random` warm start's format), else the
-  turn's first token. Where it follows `Action:`, the probabilities of the four actions' first tokens give the
-  entropy of the action choice itself (ln 4 = 1.39 nats when all four are equally likely, 0 when one is certain).
+  turn's first token. Where it follows `Action:`, the probabilities of the four action words (each word's whole
+  token sequence) give the entropy of the action choice itself (ln 4 = 1.39 nats when all four are equally
+  likely, 0 when one is certain);
+- direction accuracy (as the backtest counts it: the position points the way the market then moved; flat is
+  wrong), greedy and sampled, and its expectation under the policy at the decision token: P(long) where the market
+  rose, P(short) where it fell, over the four actions. The expectation moves smoothly while a policy learns, where
+  the greedy and sampled rates jump by whole decisions.
 """
 
 from __future__ import annotations
@@ -35,8 +40,11 @@ class ActionStats:
     sampled_mix: dict[str, float]  # the same at the rollout temperature
     decision_token_entropy: float  # mean nats over the vocabulary at the decision token
     action_prompt_share: float  # share of trade turns whose decision token follows `Action:`
-    action_probabilities: dict[str, float]  # there: mean P(action's first token)
+    action_probabilities: dict[str, float]  # there: mean P(action word)
     action_entropy: float  # there: mean nats of the four-way action choice (renormalised)
+    direction_accuracy: float  # greedy decisions whose position pointed the way the market moved
+    sampled_direction_accuracy: float
+    expected_direction_accuracy: float  # after `Action:`: mean P(the right direction) over the four actions
     per_decision: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -59,9 +67,9 @@ def classify(turn: Turn) -> str:
     return "info"
 
 
-def action_token_ids(tokenizer) -> dict[str, int]:
-    """The first token of each action word as it follows `Action:` (with its leading space)."""
-    return {a: tokenizer(f" {a}", add_special_tokens=False)["input_ids"][0] for a in TRADE_ACTIONS}
+def action_word_ids(tokenizer) -> dict[str, list[int]]:
+    """The tokens of each action word as it follows `Action:` (with its leading space)."""
+    return {a: tokenizer(f" {a}", add_special_tokens=False)["input_ids"] for a in TRADE_ACTIONS}
 
 
 def decision_position(tokenizer, sampled: list[int]) -> int:
@@ -85,7 +93,7 @@ def action_stats(
         engine = RolloutEngine(policy, tokenizer, sampling_from_config(config.rollout, greedy=greedy))
         generator = torch.Generator().manual_seed(seed)
         runs[greedy] = engine.run(make_envs(config, episodes, split), seeds, generator=generator)
-    ids = action_token_ids(tokenizer)
+    ids = action_word_ids(tokenizer)
     temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
     per_decision = [
         _decision_token(policy, tokenizer, trajectory, turn, ids, temperature)
@@ -93,6 +101,7 @@ def action_stats(
     ]
     prompted = [d for d in per_decision if d["after_action_prompt"]]
     greedy_kinds, sampled_kinds = _kinds(runs[True]), _kinds(runs[False])
+    expected = [d["expected_direction_accuracy"] for d in prompted if d["expected_direction_accuracy"] is not None]
     return ActionStats(
         decisions=len(per_decision),
         turns=len(greedy_kinds),
@@ -104,12 +113,21 @@ def action_stats(
         action_prompt_share=len(prompted) / max(1, len(per_decision)),
         action_probabilities={a: _mean([d["probabilities"][a] for d in prompted]) for a in TRADE_ACTIONS},
         action_entropy=_mean([d["action_entropy"] for d in prompted]),
+        direction_accuracy=_direction_accuracy(runs[True]),
+        sampled_direction_accuracy=_direction_accuracy(runs[False]),
+        expected_direction_accuracy=_mean(expected),
         per_decision=per_decision,
     )
 
 
 def _kinds(trajectories: list[Trajectory]) -> list[str]:
     return [classify(turn) for t in trajectories for turn in t.turns]
+
+
+def _direction_accuracy(trajectories: list[Trajectory]) -> float:
+    rights = [turn.info["direction_right"] for t in trajectories for turn in t.turns
+              if turn.info.get("direction_right") is not None]
+    return _mean([float(right) for right in rights])
 
 
 def _share(items: list[str], keep) -> float:
@@ -120,23 +138,40 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def _decision_token(policy, tokenizer, trajectory: Trajectory, turn: Turn, ids: dict[str, int],
+def _decision_token(policy, tokenizer, trajectory: Trajectory, turn: Turn, words: dict[str, list[int]],
                     temperature: float) -> dict:
     segment = trajectory.segments[turn.segment]
     sampled = segment.token_ids[turn.start : turn.end]
     offset = decision_position(tokenizer, sampled)
     position = turn.start + offset
-    prefix = torch.tensor([segment.token_ids[:position]], device=next(policy.parameters()).device)
-    logits = policy(input_ids=prefix).logits[0, -1].float() / temperature  # (V,)
-    logprobs = torch.log_softmax(logits, dim=-1)
+    prefix = torch.tensor([segment.token_ids[:position]], device=next(policy.parameters()).device)  # (1, P)
+    logprobs = torch.log_softmax(policy(input_ids=prefix).logits[0, -1].float() / temperature, dim=-1)  # (V,)
     entropy = float(-(logprobs.exp() * logprobs).sum())
-    probabilities = {a: float(logprobs[i].exp()) for a, i in ids.items()}
+    probabilities = {a: math.exp(_word_logprob(policy, prefix, logprobs, ids, temperature)) for a, ids in words.items()}
     total = sum(probabilities.values())
     shares = [p / total for p in probabilities.values() if p > 0] if total > 0 else []
+    move = turn.info.get("move_sign")
+    right = {1: "long", -1: "short"}.get(move) if move is not None else None
+    expected = None
+    if offset > 0 and move is not None and total > 0:
+        expected = probabilities[right] / total if right is not None else 0.0  # no move: no position is right
     return {
         "action": classify(turn),
         "after_action_prompt": offset > 0,
         "entropy": entropy,
         "probabilities": probabilities,
         "action_entropy": -sum(p * math.log(p) for p in shares),
+        "direction_right": turn.info.get("direction_right"),
+        "move_sign": move,
+        "expected_direction_accuracy": expected,
     }
+
+
+def _word_logprob(policy, prefix: torch.Tensor, first: torch.Tensor, ids: list[int], temperature: float) -> float:
+    """log P(the tokens `ids` follow `prefix`) at `temperature`; `first` is the next-token distribution after it."""
+    if len(ids) == 1:
+        return float(first[ids[0]])
+    full = torch.cat([prefix, torch.tensor([ids[:-1]], device=prefix.device)], dim=1)  # (1, P + n - 1)
+    start = prefix.shape[1] - 1
+    logits = policy(input_ids=full).logits[0, start : start + len(ids)].float() / temperature  # (n, V)
+    return float(torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids, device=logits.device)[:, None]).sum())

@@ -46,6 +46,7 @@ class _Episode:
     fills: list[Fill] = field(default_factory=list)
     marks: list[tuple[int, float]] = field(default_factory=list)  # (bar, equity at its close)
     direction_right: list[bool] = field(default_factory=list)  # per decision: position and next move agree
+    move_signs: list[int] = field(default_factory=list)  # per decision: sign of the move it was held over
     done: bool = False
 
 
@@ -331,6 +332,7 @@ class TradingEnv:
             "decision_done": order is not None,
             # as the backtest's Direction Accuracy counts it: long or short the way the market then moved
             "direction_right": episode.direction_right[-1] if order is not None else None,
+            "move_sign": episode.move_signs[-1] if order is not None else None,  # +1 up, -1 down, 0 unchanged
             "context_reset": context_reset,
         }
         if episode.done:
@@ -350,6 +352,7 @@ class TradingEnv:
         fills, bankrupt = self._walk_market(order)
         move = replay.close[episode.bar] - replay.open[t + 1]  # over the interval the position is held
         episode.direction_right.append(bool(np.sign(held) * np.sign(move) > 0))  # flat counts as wrong
+        episode.move_signs.append(int(np.sign(move)))
         equity_after = portfolio.equity(replay.close[episode.bar])
         self._score_outcome(raw, fills, equity_before=equity_before, equity_after=equity_after)
         episode.fills += fills

@@ -1,0 +1,86 @@
+"""docs/results/ladder.json records: a backtest's held-out rows joined with the run's training cost."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from r1trade.backtest.ladder import add_record, ladder_record, training_cost
+from r1trade.cli import main
+from r1trade.errors import UsageError
+
+
+def _row(accuracy: float | None, ret: float) -> dict:
+    return {"Return [%]": ret, "Direction Accuracy [%]": accuracy, "Sharpe Ratio": 0.1}
+
+
+def _fixture(tmp_path: Path) -> tuple[Path, Path]:
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "metrics.json").write_text(json.dumps({
+        "decisions": {"count": 240, "every": 4},
+        "strategies": {
+            "agent (step-3)": _row(78.75, 12.5),
+            "base model": _row(50.0, -1.25),
+            "oracle": _row(80.0, 20.0),
+            "buy_and_hold": _row(None, 3.0),
+        },
+    }))
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-3").mkdir(parents=True)
+    updates = [  # update 3 logged twice (the run was resumed before its checkpoint): the last line counts
+        {"update": 1, "rollout_seconds": 60, "score_seconds": 30, "update_seconds": 90},
+        {"update": 2, "rollout_seconds": 50, "score_seconds": 20, "update_seconds": 50},
+        {"update": 3, "rollout_seconds": 999, "score_seconds": 0, "update_seconds": 0},
+        {"update": 3, "rollout_seconds": 40, "score_seconds": 20, "update_seconds": 60},
+        {"update": 4, "rollout_seconds": 40, "score_seconds": 20, "update_seconds": 60},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(u) + "\n" for u in updates))
+    return report, run / "checkpoints" / "step-3"
+
+
+def test_a_record_joins_held_out_rows_with_the_training_cost(tmp_path: Path) -> None:
+    report, checkpoint = _fixture(tmp_path)
+    assert training_cost(checkpoint) == (3, 420.0)  # 180 + 120 + 120 seconds; update 4 came after step-3
+    record = ladder_record(report, checkpoint, level="planted_edge", variant="rloo", model="SmolLM2 + LoRA",
+                           command="r1trade backtest ...")
+    assert record == {
+        "level": "planted_edge", "variant": "rloo", "model": "SmolLM2 + LoRA", "heldout_decisions": 240,
+        "direction_accuracy": 0.7875, "return_pct": 12.5, "warmstart_direction_accuracy": 0.5,
+        "warmstart_return_pct": -1.25, "oracle_return_pct": 20.0, "buy_and_hold_return_pct": 3.0,
+        "updates": 3, "train_minutes": 7.0, "command": "r1trade backtest ...",
+    }
+
+
+def test_records_replace_their_level_and_variant_and_keep_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "results" / "ladder.json"
+    base = {"level": "planted_edge", "variant": "a", "updates": 1}
+    add_record(path, base)
+    add_record(path, {**base, "variant": "b"})
+    records = add_record(path, {**base, "updates": 2})
+    assert [(r["variant"], r["updates"]) for r in records] == [("b", 1), ("a", 2)]
+    assert json.loads(path.read_text()) == records
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
+    report, checkpoint = _fixture(tmp_path)
+    with pytest.raises(UsageError, match="no row 'warm'"):
+        ladder_record(report, checkpoint, level="btc", variant="v", model="m", command="c", warmstart="warm")
+    with pytest.raises(UsageError, match="not a checkpoint directory"):
+        training_cost(tmp_path)
+    with pytest.raises(UsageError, match="lacks updates"):
+        training_cost(checkpoint.parent / "step-9")
+    args = ["ladder-record", "--report", str(report), "--checkpoint", str(checkpoint), "--level", "bitcoin",
+            "--variant", "v", "--command", "c", "--model", "m", "--ladder", str(tmp_path / "l.json")]
+    assert main(args) != 0
+    assert "--level must be planted_edge or btc" in capsys.readouterr().err
+
+
+def test_the_command_writes_the_ladder(tmp_path: Path, capsys) -> None:
+    report, checkpoint = _fixture(tmp_path)
+    ladder = tmp_path / "ladder.json"
+    args = ["ladder-record", "--report", str(report), "--checkpoint", str(checkpoint), "--level", "planted_edge",
+            "--variant", "rloo", "--command", "r1trade backtest", "--model", "m", "--ladder", str(ladder)]
+    assert main(args) == 0, capsys.readouterr().err
+    (record,) = json.loads(ladder.read_text())
+    assert record["direction_accuracy"] == 0.7875 and record["updates"] == 3
