@@ -81,6 +81,10 @@ def test_the_policy_switch_picks_the_demonstrations() -> None:
     rule = collect_demonstrations(load_config("smoke"), chat, episodes=2, seed=0)
     rule_text = tokenizer.decode([i for e in rule for i, m in zip(e["input_ids"], e["completion_mask"]) if m])
     assert ACTION_PROMPT not in rule_text
+    plain = load_config("smoke", ["warmstart.policy=random", "warmstart.orders=plain", "warmstart.actions=[long]"])
+    examples = collect_demonstrations(plain, chat, episodes=2, seed=0)
+    plain_text = tokenizer.decode([i for e in examples for i, m in zip(e["input_ids"], e["completion_mask"]) if m])
+    assert plain_text.count('"size": 1.0') >= 2 and "stop_loss" not in plain_text and "take_profit" not in plain_text
 
 
 def test_observed_changes_read_the_replay_at_the_decision_bar() -> None:
@@ -127,3 +131,21 @@ def test_warmstart_actions_narrow_the_random_choice() -> None:
         assert "warmstart.actions" in str(error)
     else:
         raise AssertionError("a choice of nothing must be refused")
+
+
+def test_plain_orders_vary_only_the_direction() -> None:
+    config = load_config("smoke", ["env.episode_decisions=4", "env.max_position_frac=0.8"])
+    (env,) = make_envs(config, 1)
+    rng = np.random.default_rng(5)
+    env.reset(seed=5)
+    calls = []
+    for _ in range(20):
+        text = random_turn(env, rng, ["long", "short"], plain=True)
+        _, _, terminated, truncated, info = env.step(text)
+        assert info["parse_error"] is None and info["tool_error"] is None, text
+        calls.append(info["action"]["arguments"])
+        if terminated or truncated:
+            env.reset(seed=6)
+    sides = {"long": "bullish", "short": "bearish"}
+    assert all(call == {"side": call["side"], "size": 0.8, "view": sides[call["side"]]} for call in calls), calls
+    assert {call["side"] for call in calls} == {"long", "short"}

@@ -319,6 +319,10 @@ class WarmstartConfig(Section):
         description="the random policy's choices, drawn uniformly (e.g. [long, short]: always in the market, in a "
         "random direction)",
     )
+    orders: Literal["varied", "plain"] = Field(
+        "varied", description="the random policy's orders: varied (sizes, stops and take-profits drawn too) or plain"
+        " (the largest allowed size, no stop, no take-profit: only the direction varies, fewer tokens to learn)",
+    )
     episodes: int = Field(16, ge=1, description="demonstration episodes played on the train split")
     episode_decisions: int | None = Field(
         2, ge=1, description="decisions per demonstration episode (None: env.episode_decisions); each episode is one"

@@ -80,11 +80,13 @@ def observed_changes(env: TradingEnv) -> str:
     return ", ".join(parts)
 
 
-def random_turn(env: TradingEnv, rng: np.random.Generator, choices: Sequence[str] = TRADE_ACTIONS) -> str:
+def random_turn(
+    env: TradingEnv, rng: np.random.Generator, choices: Sequence[str] = TRADE_ACTIONS, *, plain: bool = False
+) -> str:
     """A uniformly random trade action after a line that restates the observed changes and nothing else.
 
     The action is drawn from `choices` (long, short when allowed, hold and close by default); an order's size, stop
-    and take-profit are drawn too. The reasoning names no cause: it says what the observation showed, then
+    and take-profit are drawn too, unless `plain` (the largest allowed size, no stop, no take-profit). The reasoning names no cause: it says what the observation showed, then
     `Action: <action>.`; the token after `Action:` is the one that picks the trade, and the call carries it out.
     """
     actions = [a for a in choices if a != "short" or env.env_config.allow_short]
@@ -92,8 +94,11 @@ def random_turn(env: TradingEnv, rng: np.random.Generator, choices: Sequence[str
         raise ConfigError("warmstart.actions leaves nothing to do: add long, hold or close (shorts are not allowed)")
     action = actions[int(rng.integers(len(actions)))]
     if action in ("long", "short"):
-        size = min(_SIZES[int(rng.integers(len(_SIZES)))], env.env_config.max_position_frac)
-        stop, take = _STOPS[int(rng.integers(len(_STOPS)))], _TAKES[int(rng.integers(len(_TAKES)))]
+        if plain:
+            size, stop, take = min(1.0, env.env_config.max_position_frac), None, None
+        else:
+            size = min(_SIZES[int(rng.integers(len(_SIZES)))], env.env_config.max_position_frac)
+            stop, take = _STOPS[int(rng.integers(len(_STOPS)))], _TAKES[int(rng.integers(len(_TAKES)))]
         arguments: dict = {"side": action, "size": size}
         if stop is not None:
             arguments["stop_loss"] = stop
@@ -123,7 +128,9 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
         ids = chat.context(messages)
         mask = [0] * len(ids)
         while True:
-            text = demonstration_turn(env) if policy == "rule" else random_turn(env, actions, config.warmstart.actions)
+            text = demonstration_turn(env) if policy == "rule" else random_turn(
+                env, actions, config.warmstart.actions, plain=config.warmstart.orders == "plain"
+            )
             turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
             end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
             ids += [*turn, end, *rest]
