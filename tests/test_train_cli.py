@@ -34,6 +34,17 @@ def test_train_resume_and_show_rollout(capsys, tmp_path: Path):
     shown = capsys.readouterr().out
     assert "segment 0" in shown and "total reward" in shown
 
+    # the held-out probe: the start and every checkpoint, then nothing new to do
+    assert main(["probe-run", str(run_dir), "--points", "5"]) == 0
+    records = json.loads((run_dir / "probe-test.json").read_text())
+    steps = sorted(int(p.name.removeprefix("step-")) for p in (run_dir / "checkpoints").iterdir())
+    assert [r["step"] for r in records] == [0, *steps] and all(r["points"] == 5 for r in records)
+    assert all(0 <= r["expected_direction_accuracy"] <= 1 for r in records)
+    assert (run_dir / "probe-test.png").is_file()
+    capsys.readouterr()
+    assert main(["probe-run", str(run_dir), "--points", "5"]) == 0
+    assert "expected direction accuracy" not in capsys.readouterr().out  # every step already probed
+
 
 def test_resume_of_a_non_run_directory_is_a_usage_error(capsys, tmp_path: Path):
     assert main(["train", "--resume", str(tmp_path)]) == 2

@@ -401,6 +401,31 @@ def compare_runs(
     console.print(f"wrote {plot_comparison(run_dirs, out, metric)}")
 
 
+@app.command("probe-run")
+def probe_run_command(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `r1trade train`")],
+    every: Annotated[int, typer.Option(min=1, help="probe every N-th checkpoint (and the start and the last)")] = 1,
+    points: Annotated[int, typer.Option(min=1, help="held-out decisions, evenly spaced over the split")] = 200,
+    split: Annotated[str, typer.Option(help="data split to probe")] = "test",
+) -> None:
+    """A held-out learning curve: the direction the policy picks at fresh decisions, at its start and checkpoints."""
+    from r1trade.agent.probe import probe_run
+    from r1trade.rl.plots import plot_probe
+
+    if split not in ("train", "validation", "test"):
+        raise UsageError(f"--split must be train, validation or test, not '{split}'")
+
+    def show(record: dict) -> None:
+        console.print(
+            f"step {record['step']:>4}: expected direction accuracy {record['expected_direction_accuracy']:.1%}, "
+            f"greedy {record['greedy_direction_accuracy']:.1%}, P(long) {record['long_share']:.2f} "
+            f"({record['points']} decisions)"
+        )
+
+    records = probe_run(run_dir, every=every, count=points, split=split, on_step=show)
+    console.print(f"wrote {run_dir / f'probe-{split}.json'} and {plot_probe(records, run_dir / f'probe-{split}.png')}")
+
+
 @app.command("ladder-record")
 def ladder_record_command(
     report: Annotated[Path, typer.Option(help="a backtest report directory (its metrics.json)")],

@@ -86,14 +86,19 @@ def _rng_file(process_index: int) -> str:
     return "rng.pt" if process_index == 0 else f"rng-{process_index}.pt"
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The complete checkpoint with the highest step in `run_dir`, or None."""
-    found = [
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """The complete checkpoints of `run_dir` as (step, directory), by step."""
+    return sorted(
         (int(path.name.removeprefix("step-")), path)
         for path in (run_dir / "checkpoints").glob("step-*")
         if (path / STATE_FILE).is_file() and path.name.removeprefix("step-").isdigit()
-    ]
-    return max(found)[1] if found else None
+    )
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The complete checkpoint with the highest step in `run_dir`, or None."""
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
 
 
 def load_checkpoint(path: Path, trainer: Trainer) -> TrainingState:

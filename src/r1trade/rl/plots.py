@@ -99,3 +99,24 @@ def plot_comparison(run_dirs: list[Path], out: Path, keys: list[str] | None = No
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_probe(records: list[dict], out: Path, *, title: str = "") -> Path:
+    """The held-out direction probe of a run (`r1trade probe-run`): accuracies and long share against updates."""
+    if not records:
+        raise UsageError("no probe results to draw")
+    steps = [r["step"] for r in records]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [100 * r["expected_direction_accuracy"] for r in records], "o-", label="expected accuracy")
+    ax.plot(steps, [100 * r["greedy_direction_accuracy"] for r in records], "s--", label="greedy accuracy")
+    ax.plot(steps, [100 * r["long_share"] for r in records], ":", color="grey", label="P(long)")
+    ax.axhline(50, color="black", linewidth=0.6)
+    ax.set_xlabel("update (0: the policy RL started from)")
+    ax.set_ylabel("%")
+    ax.set_title(title or f"held-out direction probe, {records[0]['points']} decisions")
+    ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,173 @@
+"""A held-out learning curve without generation: which way a policy turns at fresh decisions of a split.
+
+For a policy that trades in the random warm start's format (`<observed changes>. Action: <action>.` and the call),
+the decision is the word after `Action:`. `probe_points` opens a one-decision episode at each of N evenly spaced
+decision bars of a split (bars where a planted interval ends, when the data has them), appends the line the format
+opens with, up to `Action:`, and records how the market then moved over the decision interval (the env's
+`move_sign`). `probe` reads the policy's probabilities of the four action words there, at the sampling
+temperature, in one forward pass per batch (the system prompt once per batch):
+- expected direction accuracy: the mean of P(long) where the market rose and P(short) where it fell, the four
+  actions' probabilities renormalised (an unchanged market: no side is right);
+- greedy direction accuracy: the most probable action word points the way the market moved (flat is wrong);
+- the mean share of long.
+Every checkpoint of a run is scored on the same prefixes, so the curve moves with the policy alone; `probe_run`
+draws it for a run's start and its checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from r1trade.agent.action_stats import _word_logprob, action_word_ids
+from r1trade.agent.critic import backbone_hidden, causal_lm
+from r1trade.agent.rollout import ChatTokens
+from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
+from r1trade.config import Config
+from r1trade.errors import UsageError
+
+SIDES = {1: "long", -1: "short"}
+
+
+@dataclass
+class ProbePoint:
+    bar: int  # the decision bar, in the split
+    move_sign: int  # +1 the market rose over the decision interval, -1 it fell, 0 unchanged
+    input_ids: list[int]  # the context up to and including `Action:`
+
+
+@dataclass
+class ProbeResult:
+    points: int
+    expected_direction_accuracy: float
+    greedy_direction_accuracy: float
+    long_share: float  # mean renormalised P(long)
+    probabilities: list[dict[str, float]]  # per point: P of each action word
+
+    def summary(self) -> dict[str, float]:
+        return {k: v for k, v in asdict(self).items() if k != "probabilities"}
+
+
+def probe_points(config: Config, tokenizer, *, split: str = "test", count: int = 200) -> list[ProbePoint]:
+    """`count` one-decision contexts at evenly spaced decision bars of `split` (fewer if the split is shorter)."""
+    from r1trade.env.trading_env import make_envs
+
+    (env,) = make_envs(config, 1, split)
+    every, warmup = config.env.decision_every, config.env.warmup_bars
+    latest = len(env.replay) - 1 - every
+    grid = env.replay.decision_grid
+    first = grid.next_on_grid(warmup) if grid is not None else warmup
+    step = grid.every if grid is not None else 1
+    bars = np.arange(first, latest + 1, step)
+    if len(bars) == 0:
+        raise UsageError(f"the {split} split has no room for a decision after {warmup} warm-up bars")
+    bars = bars[np.unique(np.linspace(0, len(bars) - 1, min(count, len(bars))).round().astype(int))]
+    chat = ChatTokens(tokenizer)
+    rng = np.random.default_rng(0)
+    points = []
+    for bar in bars:
+        messages, _ = env.reset(options={"start": int(bar), "decisions": 1})
+        line = f"{observed_changes(env)}. {ACTION_PROMPT}"
+        ids = chat.context(messages) + tokenizer(line, add_special_tokens=False)["input_ids"]
+        *_, info = env.step(random_turn(env, rng, ["long"], plain=True))  # any order: it reveals the move
+        points.append(ProbePoint(int(bar), int(info["move_sign"]), ids))
+    return points
+
+
+@torch.no_grad()
+def probe(policy, tokenizer, points: list[ProbePoint], *, temperature: float = 1.0,
+          batch_size: int = 16) -> ProbeResult:
+    """The policy's action-word probabilities at `points` and the direction accuracies they imply."""
+    training = policy.training
+    policy.eval()  # no adapter dropout
+    try:
+        probabilities = _word_probabilities(policy, tokenizer, points, temperature, batch_size)
+    finally:
+        policy.train(training)
+    expected, greedy, longs = [], [], []
+    for point, p in zip(points, probabilities, strict=True):
+        total = sum(p.values())
+        right = SIDES.get(point.move_sign)
+        expected.append(p[right] / total if right is not None and total > 0 else 0.0)
+        greedy.append(float(right is not None and max(TRADE_ACTIONS, key=p.__getitem__) == right))
+        longs.append(p["long"] / total if total > 0 else 0.0)
+    return ProbeResult(
+        points=len(points),
+        expected_direction_accuracy=float(np.mean(expected)),
+        greedy_direction_accuracy=float(np.mean(greedy)),
+        long_share=float(np.mean(longs)),
+        probabilities=probabilities,
+    )
+
+
+def _word_probabilities(policy, tokenizer, points: list[ProbePoint], temperature: float,
+                        batch_size: int) -> list[dict[str, float]]:
+    """Per point, P(each action word) after its context: rows batched, right-padded, the common prefix once."""
+    words = action_word_ids(tokenizer)
+    device = next(policy.parameters()).device
+    head = causal_lm(policy).get_output_embeddings()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    probabilities = []
+    for start in range(0, len(points), batch_size):
+        batch = points[start : start + batch_size]
+        width = max(len(p.input_ids) for p in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, T)
+        mask = torch.zeros_like(ids)
+        for row, point in enumerate(batch):
+            ids[row, : len(point.input_ids)] = torch.tensor(point.input_ids)
+            mask[row, : len(point.input_ids)] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        hidden = backbone_hidden(policy, ids, mask, share_prefix=True)  # (B, T, H)
+        last = hidden[torch.arange(len(batch), device=device), mask.sum(1) - 1]  # (B, H)
+        logprobs = torch.log_softmax(head(last).float() / temperature, dim=-1)  # (B, V)
+        for row, point in enumerate(batch):
+            prefix = torch.tensor([point.input_ids], device=device)
+            probabilities.append({
+                action: math.exp(_word_logprob(policy, prefix, logprobs[row], tokens, temperature))
+                for action, tokens in words.items()
+            })
+    return probabilities
+
+
+def probe_run(run_dir: Path, *, every: int = 1, count: int = 200, split: str = "test",
+              on_step=None) -> list[dict]:
+    """Probe a run's starting policy (step 0) and every `every`-th checkpoint (and its last) on `split`.
+
+    Results go to `<run_dir>/probe-<split>.json` (a list of {step, ...summary}) after each checkpoint; steps already
+    there with the same probe size are not probed again, so the curve can grow while the run trains.
+    """
+    from r1trade.agent.model import load_agent_models, load_policy
+    from r1trade.config import load_config
+    from r1trade.rl.checkpoint import list_checkpoints
+
+    if not (run_dir / "config.yaml").is_file():
+        raise UsageError(f"'{run_dir}' is not a run directory (no config.yaml)")
+    config = load_config(run_dir / "config.yaml")
+    checkpoints = list_checkpoints(run_dir)
+    steps = [step for step, _ in checkpoints]
+    chosen = {0, *(s for s in steps if s % every == 0), *(steps[-1:])}
+    path = run_dir / f"probe-{split}.json"
+    records = [r for r in (json.loads(path.read_text()) if path.is_file() else []) if r.get("points_asked") == count]
+    done = {r["step"] for r in records}
+    todo = sorted(chosen - done)
+    if not todo:
+        return records
+    models = load_agent_models(config.model, seed=config.seed)
+    points = probe_points(config, models.tokenizer, split=split, count=count)
+    temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
+    by_step = dict(checkpoints)
+    for step in todo:
+        if step > 0:
+            load_policy(models, by_step[step] / "policy")
+        result = probe(models.policy, models.tokenizer, points, temperature=temperature)
+        record = {"step": step, "points_asked": count, **result.summary()}
+        records = sorted([*records, record], key=lambda r: r["step"])
+        path.write_text(json.dumps(records, indent=1) + "\n")
+        if on_step is not None:
+            on_step(record)
+    return records

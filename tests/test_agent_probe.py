@@ -1,0 +1,63 @@
+"""The held-out direction probe: its decision points read the market right, its probabilities are the model's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from r1trade.agent.action_stats import action_word_ids
+from r1trade.agent.model import build_tiny_model, build_tiny_tokenizer
+from r1trade.agent.probe import ProbePoint, probe, probe_points
+from r1trade.config import load_config
+from r1trade.env.trading_env import make_envs
+
+PLANTED = ["data.synthetic.bars=1500", "env.prompt=compact"]
+
+
+def test_points_sit_on_the_grid_end_with_action_and_know_the_next_move() -> None:
+    config = load_config("planted_edge", PLANTED)
+    tokenizer = build_tiny_tokenizer()
+    points = probe_points(config, tokenizer, split="test", count=12)
+    (env,) = make_envs(config, 1, "test")
+    replay, every = env.replay, config.env.decision_every
+    grid = replay.decision_grid
+    assert len(points) == 12 and len({p.bar for p in points}) == 12
+    for point in points:
+        assert (point.bar - grid.first) % grid.every == 0 and point.bar >= config.env.warmup_bars
+        move = replay.close[point.bar + every] - replay.open[point.bar + 1]  # held from the next open
+        assert point.move_sign == int(np.sign(move))
+        assert tokenizer.decode(point.input_ids).endswith("Action:")
+    assert {p.move_sign for p in points} >= {1, -1}
+
+
+def _brute_force(model, ids: list[int], word: list[int]) -> float:
+    total, context = 0.0, list(ids)
+    for token in word:
+        total += float(torch.log_softmax(model(input_ids=torch.tensor([context])).logits[0, -1], dim=-1)[token])
+        context.append(token)
+    return math.exp(total)
+
+
+@torch.no_grad()
+def test_probabilities_are_the_models_whatever_the_batching_and_accuracies_follow_from_them() -> None:
+    config = load_config("planted_edge", PLANTED)
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=1)
+    points = probe_points(config, tokenizer, split="test", count=5)
+    points.append(ProbePoint(bar=0, move_sign=0, input_ids=points[0].input_ids[:-3]))  # unchanged, other length
+    one, batched = probe(model, tokenizer, points, batch_size=1), probe(model, tokenizer, points, batch_size=4)
+    words = action_word_ids(tokenizer)
+    for point, p, q in zip(points, one.probabilities, batched.probabilities, strict=True):
+        for action, tokens in words.items():
+            reference = _brute_force(model, point.input_ids, tokens)
+            assert math.isclose(p[action], reference, rel_tol=1e-4) and math.isclose(q[action], reference, rel_tol=1e-4)
+    right = {1: "long", -1: "short"}
+    expected = [p[right[pt.move_sign]] / sum(p.values()) if pt.move_sign else 0.0
+                for pt, p in zip(points, one.probabilities, strict=True)]
+    greedy = [float(pt.move_sign != 0 and max(p, key=p.get) == right[pt.move_sign])
+              for pt, p in zip(points, one.probabilities, strict=True)]
+    assert math.isclose(one.expected_direction_accuracy, sum(expected) / 6, rel_tol=1e-9)
+    assert one.greedy_direction_accuracy == sum(greedy) / 6
+    assert one.points == 6 and math.isclose(batched.long_share, one.long_share, rel_tol=1e-4)
