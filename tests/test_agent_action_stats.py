@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from r1trade.agent.action_stats import _decision_token, _word_logprob, action_word_ids
+from r1trade.agent.action_stats import _decision_token, action_word_ids, word_logprob
 from r1trade.agent.model import build_tiny_model, build_tiny_tokenizer
 from r1trade.agent.rollout import Segment, Trajectory, Turn
 from r1trade.agent.warmstart import TRADE_ACTIONS
@@ -18,7 +18,7 @@ def _tiny():
 
 
 def _sequence_logprob(model, prefix: list[int], ids: list[int]) -> float:
-    """log P(ids | prefix), one token at a time: the reference for `_word_logprob`."""
+    """log P(ids | prefix), one token at a time: the reference for `word_logprob`."""
     total, context = 0.0, list(prefix)
     for token in ids:
         logits = model(input_ids=torch.tensor([context])).logits[0, -1]
@@ -35,10 +35,10 @@ def test_action_words_are_scored_as_whole_token_sequences() -> None:
     prefix = tokenizer("4 bars +1.00%. Action:", add_special_tokens=False)["input_ids"]
     first = torch.log_softmax(model(input_ids=torch.tensor([prefix])).logits[0, -1], dim=-1)
     for action, ids in words.items():
-        got = _word_logprob(model, torch.tensor([prefix]), first, ids, 1.0)
+        got = word_logprob(model, torch.tensor([prefix]), first, ids, 1.0)
         assert math.isclose(got, _sequence_logprob(model, prefix, ids), rel_tol=1e-4, abs_tol=1e-5), action
     # disjoint continuations: their probabilities cannot add up to more than 1 (first tokens alone would: 2 x P(" "))
-    total = sum(math.exp(_word_logprob(model, torch.tensor([prefix]), first, ids, 1.0)) for ids in words.values())
+    total = sum(math.exp(word_logprob(model, torch.tensor([prefix]), first, ids, 1.0)) for ids in words.values())
     assert total <= 1.0 + 1e-6
 
 

@@ -61,3 +61,4 @@ def test_probabilities_are_the_models_whatever_the_batching_and_accuracies_follo
     assert math.isclose(one.expected_direction_accuracy, sum(expected) / 6, rel_tol=1e-9)
     assert one.greedy_direction_accuracy == sum(greedy) / 6
     assert one.points == 6 and math.isclose(batched.long_share, one.long_share, rel_tol=1e-4)
+    assert one.up_share == sum(pt.move_sign > 0 for pt in points) / 6

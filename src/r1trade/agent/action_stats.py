@@ -147,7 +147,7 @@ def _decision_token(policy, tokenizer, trajectory: Trajectory, turn: Turn, words
     prefix = torch.tensor([segment.token_ids[:position]], device=next(policy.parameters()).device)  # (1, P)
     logprobs = torch.log_softmax(policy(input_ids=prefix).logits[0, -1].float() / temperature, dim=-1)  # (V,)
     entropy = float(-(logprobs.exp() * logprobs).sum())
-    probabilities = {a: math.exp(_word_logprob(policy, prefix, logprobs, ids, temperature)) for a, ids in words.items()}
+    probabilities = {a: math.exp(word_logprob(policy, prefix, logprobs, ids, temperature)) for a, ids in words.items()}
     total = sum(probabilities.values())
     shares = [p / total for p in probabilities.values() if p > 0] if total > 0 else []
     move = turn.info.get("move_sign")
@@ -167,7 +167,7 @@ def _decision_token(policy, tokenizer, trajectory: Trajectory, turn: Turn, words
     }
 
 
-def _word_logprob(policy, prefix: torch.Tensor, first: torch.Tensor, ids: list[int], temperature: float) -> float:
+def word_logprob(policy, prefix: torch.Tensor, first: torch.Tensor, ids: list[int], temperature: float) -> float:
     """log P(the tokens `ids` follow `prefix`) at `temperature`; `first` is the next-token distribution after it."""
     if len(ids) == 1:
         return float(first[ids[0]])

@@ -9,7 +9,7 @@ temperature, in one forward pass per batch (the system prompt once per batch):
 - expected direction accuracy: the mean of P(long) where the market rose and P(short) where it fell, the four
   actions' probabilities renormalised (an unchanged market: no side is right);
 - greedy direction accuracy: the most probable action word points the way the market moved (flat is wrong);
-- the mean share of long.
+- the mean share of long, beside the share of points where the market rose (what always-long scores).
 Every checkpoint of a run is scored on the same prefixes, so the curve moves with the policy alone; `probe_run`
 draws it for a run's start and its checkpoints.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from r1trade.agent.action_stats import _word_logprob, action_word_ids
+from r1trade.agent.action_stats import action_word_ids, word_logprob
 from r1trade.agent.critic import backbone_hidden, causal_lm
 from r1trade.agent.rollout import ChatTokens
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
@@ -47,6 +47,7 @@ class ProbeResult:
     expected_direction_accuracy: float
     greedy_direction_accuracy: float
     long_share: float  # mean renormalised P(long)
+    up_share: float  # points where the market rose: the accuracy of always long, the bar a learned rule must clear
     probabilities: list[dict[str, float]]  # per point: P of each action word
 
     def summary(self) -> dict[str, float]:
@@ -101,6 +102,7 @@ def probe(policy, tokenizer, points: list[ProbePoint], *, temperature: float = 1
         expected_direction_accuracy=float(np.mean(expected)),
         greedy_direction_accuracy=float(np.mean(greedy)),
         long_share=float(np.mean(longs)),
+        up_share=float(np.mean([p.move_sign > 0 for p in points])),
         probabilities=probabilities,
     )
 
@@ -128,7 +130,7 @@ def _word_probabilities(policy, tokenizer, points: list[ProbePoint], temperature
         for row, point in enumerate(batch):
             prefix = torch.tensor([point.input_ids], device=device)
             probabilities.append({
-                action: math.exp(_word_logprob(policy, prefix, logprobs[row], tokens, temperature))
+                action: math.exp(word_logprob(policy, prefix, logprobs[row], tokens, temperature))
                 for action, tokens in words.items()
             })
     return probabilities

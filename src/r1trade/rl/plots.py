@@ -111,6 +111,9 @@ def plot_probe(records: list[dict], out: Path, *, title: str = "") -> Path:
     ax.plot(steps, [100 * r["greedy_direction_accuracy"] for r in records], "s--", label="greedy accuracy")
     ax.plot(steps, [100 * r["long_share"] for r in records], ":", color="grey", label="P(long)")
     ax.axhline(50, color="black", linewidth=0.6)
+    if "up_share" in records[-1]:
+        ax.axhline(100 * records[-1]["up_share"], color="grey", linestyle="-.", linewidth=0.8,
+                   label="always long (market rose)")
     ax.set_xlabel("update (0: the policy RL started from)")
     ax.set_ylabel("%")
     ax.set_title(title or f"held-out direction probe, {records[0]['points']} decisions")
