@@ -151,10 +151,7 @@ def _decision_token(policy, tokenizer, trajectory: Trajectory, turn: Turn, words
     total = sum(probabilities.values())
     shares = [p / total for p in probabilities.values() if p > 0] if total > 0 else []
     move = turn.info.get("move_sign")
-    right = {1: "long", -1: "short"}.get(move) if move is not None else None
-    expected = None
-    if offset > 0 and move is not None and total > 0:
-        expected = probabilities[right] / total if right is not None else 0.0  # no move: no position is right
+    expected = expected_direction(probabilities, move) if offset > 0 and move is not None else None
     return {
         "action": classify(turn),
         "after_action_prompt": offset > 0,
@@ -165,6 +162,14 @@ def _decision_token(policy, tokenizer, trajectory: Trajectory, turn: Turn, words
         "move_sign": move,
         "expected_direction_accuracy": expected,
     }
+
+
+def expected_direction(probabilities: dict[str, float], move_sign: int) -> float:
+    """P(the side the market then took) among the four action words' `probabilities`: long if it rose (+1),
+    short if it fell (-1); an unchanged market (0) has no right side."""
+    total = sum(probabilities.values())
+    side = {1: "long", -1: "short"}.get(move_sign)
+    return probabilities[side] / total if side is not None and total > 0 else 0.0
 
 
 def word_logprob(policy, prefix: torch.Tensor, first: torch.Tensor, ids: list[int], temperature: float) -> float:

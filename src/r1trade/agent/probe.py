@@ -24,15 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from r1trade.agent.action_stats import action_word_ids, word_logprob
+from r1trade.agent.action_stats import action_word_ids, expected_direction, word_logprob
 from r1trade.agent.critic import backbone_hidden, causal_lm
 from r1trade.agent.rollout import ChatTokens
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
 from r1trade.config import Config
 from r1trade.errors import UsageError
-
-SIDES = {1: "long", -1: "short"}
-
 
 @dataclass
 class ProbePoint:
@@ -90,18 +87,15 @@ def probe(policy, tokenizer, points: list[ProbePoint], *, temperature: float = 1
         probabilities = _word_probabilities(policy, tokenizer, points, temperature, batch_size)
     finally:
         policy.train(training)
-    expected, greedy, longs = [], [], []
-    for point, p in zip(points, probabilities, strict=True):
-        total = sum(p.values())
-        right = SIDES.get(point.move_sign)
-        expected.append(p[right] / total if right is not None and total > 0 else 0.0)
-        greedy.append(float(right is not None and max(TRADE_ACTIONS, key=p.__getitem__) == right))
-        longs.append(p["long"] / total if total > 0 else 0.0)
+    greedy = [float(max(TRADE_ACTIONS, key=p.__getitem__) == {1: "long", -1: "short"}.get(point.move_sign))
+              for point, p in zip(points, probabilities, strict=True)]
     return ProbeResult(
         points=len(points),
-        expected_direction_accuracy=float(np.mean(expected)),
+        expected_direction_accuracy=float(np.mean([
+            expected_direction(p, point.move_sign) for point, p in zip(points, probabilities, strict=True)
+        ])),
         greedy_direction_accuracy=float(np.mean(greedy)),
-        long_share=float(np.mean(longs)),
+        long_share=float(np.mean([expected_direction(p, 1) for p in probabilities])),  # P(long), renormalised
         up_share=float(np.mean([p.move_sign > 0 for p in points])),
         probabilities=probabilities,
     )

@@ -69,10 +69,11 @@ def ladder_record(
 
 def training_cost(checkpoint: Path) -> tuple[int, float]:
     """(updates, seconds of rollout + scoring + optimisation) of the run up to `checkpoint` (`.../step-N`)."""
-    name = checkpoint.name
-    if not name.startswith("step-") or not name[5:].isdigit():
+    from r1trade.rl.checkpoint import checkpoint_step
+
+    updates = checkpoint_step(checkpoint)
+    if updates is None:
         raise UsageError(f"'{checkpoint}' is not a checkpoint directory (runs/<name>/checkpoints/step-N)")
-    updates = int(name[5:])
     log = checkpoint.parent.parent / "metrics.jsonl"
     if not log.is_file():
         raise UsageError(f"no training log at {log}")

@@ -86,12 +86,17 @@ def _rng_file(process_index: int) -> str:
     return "rng.pt" if process_index == 0 else f"rng-{process_index}.pt"
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """N for a directory named `step-N`, else None."""
+    number = path.name.removeprefix("step-")
+    return int(number) if path.name.startswith("step-") and number.isdigit() else None
+
+
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """The complete checkpoints of `run_dir` as (step, directory), by step."""
     return sorted(
-        (int(path.name.removeprefix("step-")), path)
-        for path in (run_dir / "checkpoints").glob("step-*")
-        if (path / STATE_FILE).is_file() and path.name.removeprefix("step-").isdigit()
+        (step, path) for path in (run_dir / "checkpoints").glob("step-*")
+        if (step := checkpoint_step(path)) is not None and (path / STATE_FILE).is_file()
     )
 
 
