@@ -119,6 +119,33 @@ def test_token_level_credit_is_kept_for_the_ablation() -> None:
     assert out.value_mask.tolist() == [ROWS[0]["mask"]]
 
 
+def test_reinforce_pp_with_credit_per_turn_by_hand() -> None:
+    # Turn rewards: trajectory 0 (0.6, 1.0), trajectory 1 (0.0). gamma 0.5: returns 0.6 + 0.5 * 1.0 = 1.1, 1.0, 0.0,
+    # whitened over the three turns (each turn once, whatever its length), broadcast over the turn's tokens.
+    config = load_config(None, ["train.algorithm=reinforce_pp", "train.gamma=0.5", "train.kl_coef=0"]).train
+    assert config.credit == "turn"
+    out = compute_advantages(_batch(ROWS), config)
+    raw = torch.tensor([1.1, 1.0, 0.0])
+    a0, a1, b0 = ((raw - raw.mean()) / raw.std()).tolist()
+    torch.testing.assert_close(out.advantages[0], torch.tensor([0, a0, a0, 0, 0, a1, a1, a1]))
+    torch.testing.assert_close(out.advantages[1, :3], torch.tensor([0, b0, b0]))
+    # gamma 0: each turn judged by its own reward against the batch, so two trajectories that made the same choice
+    # on different windows still get a signal (a group baseline would give both 0).
+    greedy = compute_advantages(_batch(ROWS), config.model_copy(update={"gamma": 0.0}))
+    raw = torch.tensor([0.6, 1.0, 0.0])
+    a0, a1, b0 = ((raw - raw.mean()) / raw.std()).tolist()
+    torch.testing.assert_close(greedy.advantages[0], torch.tensor([0, a0, a0, 0, 0, a1, a1, a1]))
+    torch.testing.assert_close(greedy.advantages[1, :3], torch.tensor([0, b0, b0]))
+    # The KL penalty comes off each turn's reward (k1: old - ref log-prob summed over the turn's sampled tokens).
+    batch = _batch(ROWS)
+    batch.ref_logprobs = batch.old_logprobs - torch.tensor([[0, 0.1, 0.1, 0, 0, 0.2, 0.2, 0.2], [0, 0.3, 0.3] + [0] * 5])
+    penalised = compute_advantages(batch, config.model_copy(update={"gamma": 0.0, "kl_coef": 0.5}))
+    raw = torch.tensor([0.6 - 0.5 * 0.2, 1.0 - 0.5 * 0.6, 0.0 - 0.5 * 0.6])
+    a0, a1, b0 = ((raw - raw.mean()) / raw.std()).tolist()
+    torch.testing.assert_close(penalised.advantages[0], torch.tensor([0, a0, a0, 0, 0, a1, a1, a1]))
+    torch.testing.assert_close(penalised.advantages[1, :3], torch.tensor([0, b0, b0]))
+
+
 def test_group_baselines_with_the_per_decision_term_by_hand() -> None:
     # One group of two trajectories replaying the same window, two decisions each. Trajectory A's decision 0 takes
     # two turns (an information call rewarded 0.25, then a trade rewarded 0.75): decision rewards A = (1, 0),

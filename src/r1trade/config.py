@@ -249,14 +249,15 @@ class TrainConfig(Section):
 
     `algorithm`: `ppo` (critic + GAE), the group baselines `grpo` (mean and std of the group), `dr_grpo` (mean
     only), `rloo` (leave-one-out mean), or `reinforce_pp` (batch-normalised returns). `credit` says what PPO's GAE
-    steps over: `turn` (each model turn is one MDP step, its advantage on all of its sampled tokens) or `token`.
+    and REINFORCE++'s returns step over: `turn` (each model turn is one MDP step, its advantage on all of its
+    sampled tokens) or `token`.
     `decision_advantage_coef` adds, for the group baselines, each decision's reward against the group's rewards at
     the same decision index (members of a group replay the same window, so they face the same bar there).
     """
 
     algorithm: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp"] = "ppo"
     credit: Literal["turn", "token"] = Field(
-        "turn", description="PPO's GAE over turns (one MDP step per model turn) or over tokens"
+        "turn", description="PPO's GAE and REINFORCE++'s returns over turns (one MDP step per model turn) or tokens"
     )
     decision_advantage_coef: float = Field(
         0.0, ge=0, description="weight of the per-decision group baseline term (grpo, dr_grpo, rloo)"

@@ -215,6 +215,26 @@ def reinforce_pp_advantages(
 
 
 @torch.no_grad()
+def reinforce_pp_turn_advantages(
+    turn_rewards: torch.Tensor, present: torch.Tensor, gamma: float, eps: float = 1e-8
+) -> torch.Tensor:
+    """REINFORCE++ with credit per turn: each turn's discounted return over the turns after it, whitened over
+    every present turn of the batch (each turn counts once, however many tokens it has). -> (N, K).
+
+    `turn_rewards` and `present` are (N, K). With `gamma=0` a turn is judged by its own reward alone (each
+    decision by its own PnL), against the whole batch: unlike a group baseline it keeps a signal when every
+    member of a group made the same choice.
+
+    >>> reinforce_pp_turn_advantages(torch.tensor([[1.0, 3.0], [2.0, 0.0]]), torch.tensor([[1, 1], [1, 0]]), 0.0)
+    tensor([[-1.,  1.],
+            [ 0.,  0.]])
+    """
+    keep = present.bool()
+    returns = _discounted_cumsum(turn_rewards, keep, gamma)  # (N, K)
+    return masked_whiten(returns, keep.to(turn_rewards.dtype), eps=eps)
+
+
+@torch.no_grad()
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
     """1 - Var(returns - values) / Var(returns) over mask-1 tokens: 1 is a perfect critic, <= 0 no better
     than a constant. NaN when the returns have no variance (as in Stable-Baselines3): undefined then.

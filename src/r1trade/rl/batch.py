@@ -19,6 +19,7 @@ from r1trade.rl.advantages import (
     group_relative,
     keep_top_groups_by_std,
     reinforce_pp_advantages,
+    reinforce_pp_turn_advantages,
 )
 from r1trade.rl.losses import kl_penalty
 from r1trade.rl.masks import masked_whiten
@@ -195,6 +196,12 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
             per_turn = _per_decision_advantages(turns.sum(rewards), decisions, turns.present, groups, baseline)
             advantages = advantages + config.decision_advantage_coef * turns.broadcast(per_turn)
         return replace(batch, advantages=view.to_rows(advantages))
+    if config.credit == "turn":
+        if kl is not None and config.kl_coef > 0:
+            rewards = rewards - config.kl_coef * kl * action
+        turns = TurnView.of(batch, view, config.advantage_mask)
+        per_turn = reinforce_pp_turn_advantages(turns.sum(rewards), turns.present, config.gamma)  # (N, K)
+        return replace(batch, advantages=view.to_rows(turns.broadcast(per_turn)))
     advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=config.kl_coef)
     return replace(batch, advantages=view.to_rows(advantages))
 
