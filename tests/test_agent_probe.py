@@ -9,7 +9,7 @@ import torch
 
 from r1trade.agent.action_stats import action_word_ids
 from r1trade.agent.model import build_tiny_model, build_tiny_tokenizer
-from r1trade.agent.probe import ProbePoint, probe, probe_points
+from r1trade.agent.probe import ProbePoint, discrimination, probe, probe_points
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 
@@ -62,3 +62,21 @@ def test_probabilities_are_the_models_whatever_the_batching_and_accuracies_follo
     assert one.greedy_direction_accuracy == sum(greedy) / 6
     assert one.points == 6 and math.isclose(batched.long_share, one.long_share, rel_tol=1e-4)
     assert one.up_share == sum(pt.move_sign > 0 for pt in points) / 6
+    p_long = [p["long"] / sum(p.values()) for p in one.probabilities]
+    rose = [q for q, pt in zip(p_long, points, strict=True) if pt.move_sign > 0]
+    fell = [q for q, pt in zip(p_long, points, strict=True) if pt.move_sign < 0]
+    assert math.isclose(one.discrimination, sum(rose) / len(rose) - sum(fell) / len(fell), rel_tol=1e-9)
+
+
+def test_discrimination_is_zero_for_a_policy_blind_to_the_market_whatever_its_lean() -> None:
+    # Always 90 % long: P(long) 0.9 where the market rose and where it fell -> 0, though expected accuracy on a split
+    # that rose 3 times in 4 is 0.75 * 0.9 + 0.25 * 0.1 = 0.7.
+    blind = [{"long": 0.9, "short": 0.1, "hold": 0.0, "close": 0.0}] * 4
+    assert discrimination(blind, [1, 1, 1, -1]) == 0.0
+    # Reads the market: P(long) 0.8, 0.6 where it rose (mean 0.7), 0.2 where it fell -> 0.5; hold and close share
+    # the mass but P(long) is renormalised over the four words (0.3 / 0.6 = 0.5 at the last point).
+    reads = [{"long": 0.8, "short": 0.2}, {"long": 0.6, "short": 0.4}, {"long": 0.2, "short": 0.8},
+             {"long": 0.3, "short": 0.1, "hold": 0.2}]
+    assert math.isclose(discrimination(reads, [1, 1, -1, 0]), 0.5)
+    assert math.isclose(discrimination(reads, [1, 1, -1, -1]), 0.7 - 0.35)
+    assert discrimination(reads, [1, 1, 1, 0]) is None  # no fall: undefined

@@ -232,6 +232,11 @@ def fetch_data(
     console.print(render_report(result.path, load_candles(result.path).attrs, result.report))
 
 
+def _signed(value: float | None) -> str:
+    """A probability difference for the console: +0.034, or n/a when it is undefined."""
+    return "n/a" if value is None else f"{value:+.3f}"
+
+
 def _timestamp(text: str, flag: str) -> pd.Timestamp:
     try:
         stamp = pd.Timestamp(text)
@@ -418,8 +423,8 @@ def probe_run_command(
     def show(record: dict) -> None:
         console.print(
             f"step {record['step']:>4}: expected direction accuracy {record['expected_direction_accuracy']:.1%}, "
-            f"greedy {record['greedy_direction_accuracy']:.1%}, P(long) {record['long_share']:.2f} "
-            f"({record['points']} decisions)"
+            f"greedy {record['greedy_direction_accuracy']:.1%}, P(long) {record['long_share']:.2f}, "
+            f"discrimination {_signed(record.get('discrimination'))} ({record['points']} decisions)"
         )
 
     records = probe_run(run_dir, every=every, count=points, split=split, on_step=show)

@@ -45,6 +45,9 @@ class ProbeResult:
     greedy_direction_accuracy: float
     long_share: float  # mean renormalised P(long)
     up_share: float  # points where the market rose: the accuracy of always long, the bar a learned rule must clear
+    # P(long) where the market then rose minus P(long) where it fell: 0 for any policy blind to the market (always
+    # long, a coin of any bias), 1 for a perfect one; None without both kinds of points
+    discrimination: float | None
     probabilities: list[dict[str, float]]  # per point: P of each action word
 
     def summary(self) -> dict[str, float]:
@@ -97,8 +100,26 @@ def probe(policy, tokenizer, points: list[ProbePoint], *, temperature: float = 1
         greedy_direction_accuracy=float(np.mean(greedy)),
         long_share=float(np.mean([expected_direction(p, 1) for p in probabilities])),  # P(long), renormalised
         up_share=float(np.mean([p.move_sign > 0 for p in points])),
+        discrimination=discrimination(probabilities, [point.move_sign for point in points]),
         probabilities=probabilities,
     )
+
+
+def discrimination(probabilities: list[dict[str, float]], move_signs: list[int]) -> float | None:
+    """Mean renormalised P(long) at the points where the market rose minus that where it fell.
+
+    It separates skill from bias: a policy that ignores the market has the same P(long) at both kinds of points,
+    so it scores 0 whatever its lean, while expected accuracy rewards always-long on a rising split.
+
+    >>> round(discrimination([{"long": 0.9, "short": 0.1}, {"long": 0.6, "short": 0.4},
+    ...                       {"long": 0.5, "short": 0.5}], [1, -1, 0]), 6)
+    0.3
+    """
+    rose = [expected_direction(p, 1) for p, sign in zip(probabilities, move_signs, strict=True) if sign > 0]
+    fell = [expected_direction(p, 1) for p, sign in zip(probabilities, move_signs, strict=True) if sign < 0]
+    if not rose or not fell:
+        return None
+    return float(np.mean(rose) - np.mean(fell))
 
 
 def _word_probabilities(policy, tokenizer, points: list[ProbePoint], temperature: float,
