@@ -112,8 +112,9 @@ def plot_probe(records: list[dict], out: Path, *, title: str = "") -> Path:
     ax.plot(steps, [100 * r["long_share"] for r in records], ":", color="grey", label="P(long)")
     scored = [r for r in records if r.get("discrimination") is not None]
     if scored:
-        ax.plot([r["step"] for r in scored], [50 + 100 * r["discrimination"] for r in scored], "^-", color="tab:green",
-                label="50 + discrimination (P(long | rose) - P(long | fell))")
+        ax.plot([r["step"] for r in scored], [100 * r["discrimination"] for r in scored], "^-", color="tab:green",
+                label="discrimination: P(long | rose) - P(long | fell)")
+        ax.axhline(0, color="black", linewidth=0.6)
     ax.axhline(50, color="black", linewidth=0.6)
     if "up_share" in records[-1]:
         ax.axhline(100 * records[-1]["up_share"], color="grey", linestyle="-.", linewidth=0.8,
