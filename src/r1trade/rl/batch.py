@@ -161,9 +161,11 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
     kl = None
     if batch.ref_logprobs is not None:
         kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
+    # PPO and REINFORCE++ per turn take the KL penalty in the reward (the group algorithms, in the loss)
+    kl_in_reward = config.algorithm == "ppo" or (config.algorithm == "reinforce_pp" and config.credit == "turn")
+    if kl_in_reward and kl is not None and config.kl_coef > 0:
+        rewards = rewards - config.kl_coef * kl * action
     if config.algorithm == "ppo":
-        if kl is not None and config.kl_coef > 0:
-            rewards = rewards - config.kl_coef * kl * action
         assert batch.old_values is not None, "PPO needs the critic's values"
         values = view.to_trajectories(batch.old_values)
         if config.credit == "turn":
@@ -197,8 +199,6 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
             advantages = advantages + config.decision_advantage_coef * turns.broadcast(per_turn)
         return replace(batch, advantages=view.to_rows(advantages))
     if config.credit == "turn":
-        if kl is not None and config.kl_coef > 0:
-            rewards = rewards - config.kl_coef * kl * action
         turns = TurnView.of(batch, view, config.advantage_mask)
         per_turn = reinforce_pp_turn_advantages(turns.sum(rewards), turns.present, config.gamma)  # (N, K)
         return replace(batch, advantages=view.to_rows(turns.broadcast(per_turn)))
