@@ -70,3 +70,13 @@ def test_resolved_config_round_trips_through_yaml(tmp_path: Path):
     cfg = load_config("btc_momentum", ["env.fee_bps=7"])
     path = cfg.save(tmp_path / "run")
     assert load_config(path) == cfg
+
+
+def test_demo_config_is_the_planted_edge_market_with_the_small_model():
+    """`make demo` learns the same market as planted_edge.yaml, with the tiny model and the same credit recipe."""
+    demo, planted = load_config("demo"), load_config("planted_edge")
+    assert demo.data == planted.data and demo.env == planted.env and demo.rewards == planted.rewards
+    assert demo.model.name_or_path == "tiny-random" and not demo.model.lora.enabled
+    assert (demo.train.algorithm, demo.train.credit, demo.train.gamma) == ("reinforce_pp", "turn", 0.0)
+    assert demo.warmstart.policy == "random" and demo.warmstart.actions == ["long", "short"]
+    assert demo.train.updates % demo.train.checkpoint_every == 0  # the backtest reads the last checkpoint
