@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import numpy as np
@@ -9,7 +10,8 @@ import torch
 
 from r1trade.agent.action_stats import action_word_ids
 from r1trade.agent.model import build_tiny_model, build_tiny_tokenizer
-from r1trade.agent.probe import ProbePoint, discrimination, probe, probe_points
+from r1trade.agent import probe as probe_module
+from r1trade.agent.probe import CALL_PREFIX, ProbePoint, carried_out, discrimination, probe, probe_points
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 
@@ -29,6 +31,8 @@ def test_points_sit_on_the_grid_end_with_action_and_know_the_next_move() -> None
         move = replay.close[point.bar + every] - replay.open[point.bar + 1]  # held from the next open
         assert point.move_sign == int(np.sign(move))
         assert tokenizer.decode(point.input_ids).endswith("Action:")
+        for side in ("long", "short"):  # the same context on through the stated side to the order's side
+            assert tokenizer.decode(point.call_ids[side]) == tokenizer.decode(point.input_ids) + f" {side}.\n{CALL_PREFIX}"
     assert {p.move_sign for p in points} >= {1, -1}
 
 
@@ -46,13 +50,24 @@ def test_probabilities_are_the_models_whatever_the_batching_and_accuracies_follo
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=1)
     points = probe_points(config, tokenizer, split="test", count=5)
-    points.append(ProbePoint(bar=0, move_sign=0, input_ids=points[0].input_ids[:-3]))  # unchanged, other length
+    # unchanged market, other lengths
+    points.append(ProbePoint(bar=0, move_sign=0, input_ids=points[0].input_ids[:-3], call_ids=points[1].call_ids))
     one, batched = probe(model, tokenizer, points, batch_size=1), probe(model, tokenizer, points, batch_size=4)
     words = action_word_ids(tokenizer)
-    for point, p, q in zip(points, one.probabilities, batched.probabilities, strict=True):
-        for action, tokens in words.items():
-            reference = _brute_force(model, point.input_ids, tokens)
-            assert math.isclose(p[action], reference, rel_tol=1e-4) and math.isclose(q[action], reference, rel_tol=1e-4)
+    side_ids = {side: tokenizer(side, add_special_tokens=False)["input_ids"] for side in ("long", "short")}
+    follows = []
+    for point, p, q, w in zip(points, one.probabilities, batched.probabilities, one.word_probabilities, strict=True):
+        word = {action: _brute_force(model, point.input_ids, tokens) for action, tokens in words.items()}
+        sides = {stated: {side: _brute_force(model, point.call_ids[stated], tokens) for side, tokens in side_ids.items()}
+                 for stated in ("long", "short")}
+        reference = carried_out(word, sides)
+        for action in words:
+            assert math.isclose(w[action], word[action], rel_tol=1e-4)
+            assert math.isclose(p[action], reference[action], rel_tol=1e-4)
+            assert math.isclose(q[action], reference[action], rel_tol=1e-4)
+        agree = sum(word[s] * sides[s][s] / (sides[s]["long"] + sides[s]["short"]) for s in ("long", "short"))
+        follows.append(agree / (word["long"] + word["short"]))
+    assert math.isclose(one.call_follows_word, sum(follows) / 6, rel_tol=1e-4)
     right = {1: "long", -1: "short"}
     expected = [p[right[pt.move_sign]] / sum(p.values()) if pt.move_sign else 0.0
                 for pt, p in zip(points, one.probabilities, strict=True)]
@@ -66,6 +81,19 @@ def test_probabilities_are_the_models_whatever_the_batching_and_accuracies_follo
     rose = [q for q, pt in zip(p_long, points, strict=True) if pt.move_sign > 0]
     fell = [q for q, pt in zip(p_long, points, strict=True) if pt.move_sign < 0]
     assert math.isclose(one.discrimination, sum(rose) / len(rose) - sum(fell) / len(fell), rel_tol=1e-9)
+
+
+def test_the_call_carries_out_the_direction_whatever_the_stated_word() -> None:
+    # A policy that states "long" or "short" at random (0.45 each, hold 0.1) but whose call goes long after "long"
+    # with P 0.2 and after "short" with P 0.8: it goes long with 0.45 * 0.2 + 0.45 * 0.8 = 0.45, short 0.45.
+    p = carried_out({"long": 0.45, "short": 0.45, "hold": 0.1, "close": 0.0},
+                    {"long": {"long": 0.2, "short": 0.8}, "short": {"long": 0.8, "short": 0.2}})
+    assert all(math.isclose(p[a], q) for a, q in {"long": 0.45, "short": 0.45, "hold": 0.1, "close": 0.0}.items())
+    # The side's probabilities are renormalised over long and short: 0.3 and 0.1 read as 0.75 and 0.25.
+    p = carried_out({"long": 1.0, "short": 0.0, "hold": 0.0, "close": 0.0},
+                    {"long": {"long": 0.3, "short": 0.1}, "short": {"long": 0.5, "short": 0.5}})
+    assert math.isclose(p["long"], 0.75) and math.isclose(p["short"], 0.25)
+    assert doctest.testmod(probe_module).failed == 0
 
 
 def test_discrimination_is_zero_for_a_policy_blind_to_the_market_whatever_its_lean() -> None:

@@ -41,6 +41,7 @@ def test_train_resume_and_show_rollout(capsys, tmp_path: Path):
     assert [r["step"] for r in records] == [0, *steps] and all(r["points"] == 5 for r in records)
     assert all(0 <= r["expected_direction_accuracy"] <= 1 for r in records)
     assert all(r["discrimination"] is None or -1 <= r["discrimination"] <= 1 for r in records)
+    assert all(0 <= r["call_follows_word"] <= 1 for r in records)
     assert (run_dir / "probe-test.png").is_file()
     capsys.readouterr()
     assert main(["probe-run", str(run_dir), "--points", "5"]) == 0

@@ -424,7 +424,8 @@ def probe_run_command(
         console.print(
             f"step {record['step']:>4}: expected direction accuracy {record['expected_direction_accuracy']:.1%}, "
             f"greedy {record['greedy_direction_accuracy']:.1%}, P(long) {record['long_share']:.2f}, "
-            f"discrimination {_signed(record.get('discrimination'))} ({record['points']} decisions)"
+            f"discrimination {_signed(record.get('discrimination'))}, call follows the stated action "
+            f"{record['call_follows_word']:.0%} ({record['points']} decisions)"
         )
 
     records = probe_run(run_dir, every=every, count=points, split=split, on_step=show)

@@ -1,15 +1,20 @@
 """A held-out learning curve without generation: which way a policy turns at fresh decisions of a split.
 
 For a policy that trades in the random warm start's format (`<observed changes>. Action: <action>.` and the call),
-the decision is the word after `Action:`. `probe_points` opens a one-decision episode at each of N evenly spaced
-decision bars of a split (bars where a planted interval ends, when the data has them), appends the line the format
-opens with, up to `Action:`, and records how the market then moved over the decision interval (the env's
-`move_sign`). `probe` reads the policy's probabilities of the four action words there, at the sampling
-temperature, in one forward pass per batch (the system prompt once per batch):
+the decision is the word after `Action:`, and the call carries it out. `probe_points` opens a one-decision episode
+at each of N evenly spaced decision bars of a split (bars where a planted interval ends, when the data has them),
+appends the line the format opens with, up to `Action:`, and records how the market then moved over the decision
+interval (the env's `move_sign`). `probe` reads, at the sampling temperature and one forward pass per batch (the
+system prompt once per batch), the policy's probabilities of the four action words there, and after each of
+`Action: long.` and `Action: short.` the probability that the order's `"side"` is long or short. What the policy
+would *do* is the word's probability times its call's side: P(long) = P(long) P(side long | long) + P(short)
+P(side long | short), and likewise short; hold and close are their words'. (A small model can learn to trade
+through the call's side while its stated word stays a coin flip: reading only the word would miss that.) From these:
 - expected direction accuracy: the mean of P(long) where the market rose and P(short) where it fell, the four
   actions' probabilities renormalised (an unchanged market: no side is right);
-- greedy direction accuracy: the most probable action word points the way the market moved (flat is wrong);
-- the mean share of long, beside the share of points where the market rose (what always-long scores).
+- greedy direction accuracy: the most probable action points the way the market moved (flat is wrong);
+- the mean share of long, beside the share of points where the market rose (what always-long scores);
+- how often the call's side follows the stated word.
 Every checkpoint of a run is scored on the same prefixes, so the curve moves with the policy alone; `probe_run`
 draws it for a run's start and its checkpoints.
 """
@@ -31,11 +36,17 @@ from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_chang
 from r1trade.config import Config
 from r1trade.errors import UsageError
 
+SIDES = ("long", "short")
+CALL_PREFIX = '<tool_call>{"name": "place_order", "arguments": {"side": "'
+"""How the format's order call opens, up to its side (`random_turn` writes the side first)."""
+
+
 @dataclass
 class ProbePoint:
     bar: int  # the decision bar, in the split
     move_sign: int  # +1 the market rose over the decision interval, -1 it fell, 0 unchanged
     input_ids: list[int]  # the context up to and including `Action:`
+    call_ids: dict[str, list[int]]  # per stated side (long, short): the context on to the order's `"side": "`
 
 
 @dataclass
@@ -48,10 +59,12 @@ class ProbeResult:
     # P(long) where the market then rose minus P(long) where it fell: 0 for any policy blind to the market (always
     # long, a coin of any bias), 1 for a perfect one; None without both kinds of points
     discrimination: float | None
-    probabilities: list[dict[str, float]]  # per point: P of each action word
+    call_follows_word: float  # mean P(the call's side is the stated word), given a stated long or short
+    probabilities: list[dict[str, float]]  # per point: P of each action, as the call carries it out
+    word_probabilities: list[dict[str, float]]  # per point: P of each action word after `Action:`
 
     def summary(self) -> dict[str, float]:
-        return {k: v for k, v in asdict(self).items() if k != "probabilities"}
+        return {k: v for k, v in asdict(self).items() if k not in ("probabilities", "word_probabilities")}
 
 
 def probe_points(config: Config, tokenizer, *, split: str = "test", count: int = 200) -> list[ProbePoint]:
@@ -74,9 +87,12 @@ def probe_points(config: Config, tokenizer, *, split: str = "test", count: int =
     for bar in bars:
         messages, _ = env.reset(options={"start": int(bar), "decisions": 1})
         line = f"{observed_changes(env)}. {ACTION_PROMPT}"
-        ids = chat.context(messages) + tokenizer(line, add_special_tokens=False)["input_ids"]
+        context = chat.context(messages)
+        ids = context + tokenizer(line, add_special_tokens=False)["input_ids"]
+        calls = {side: context + tokenizer(f"{line} {side}.\n{CALL_PREFIX}", add_special_tokens=False)["input_ids"]
+                 for side in SIDES}
         *_, info = env.step(random_turn(env, rng, ["long"], plain=True))  # any order: it reveals the move
-        points.append(ProbePoint(int(bar), int(info["move_sign"]), ids))
+        points.append(ProbePoint(int(bar), int(info["move_sign"]), ids, calls))
     return points
 
 
@@ -87,22 +103,55 @@ def probe(policy, tokenizer, points: list[ProbePoint], *, temperature: float = 1
     training = policy.training
     policy.eval()  # no adapter dropout
     try:
-        probabilities = _word_probabilities(policy, tokenizer, points, temperature, batch_size)
+        words = _probabilities(policy, tokenizer, [p.input_ids for p in points], action_word_ids(tokenizer),
+                               temperature, batch_size)
+        side_ids = {side: tokenizer(side, add_special_tokens=False)["input_ids"] for side in SIDES}
+        sides = {stated: _probabilities(policy, tokenizer, [p.call_ids[stated] for p in points], side_ids,
+                                        temperature, batch_size) for stated in SIDES}
     finally:
         policy.train(training)
+    calls = [carried_out(word, {stated: sides[stated][k] for stated in SIDES}) for k, word in enumerate(words)]
     greedy = [float(max(TRADE_ACTIONS, key=p.__getitem__) == {1: "long", -1: "short"}.get(point.move_sign))
-              for point, p in zip(points, probabilities, strict=True)]
+              for point, p in zip(points, calls, strict=True)]
+    follows = [_follows(word, {stated: sides[stated][k] for stated in SIDES}) for k, word in enumerate(words)]
     return ProbeResult(
         points=len(points),
         expected_direction_accuracy=float(np.mean([
-            expected_direction(p, point.move_sign) for point, p in zip(points, probabilities, strict=True)
+            expected_direction(p, point.move_sign) for point, p in zip(points, calls, strict=True)
         ])),
         greedy_direction_accuracy=float(np.mean(greedy)),
-        long_share=float(np.mean([expected_direction(p, 1) for p in probabilities])),  # P(long), renormalised
+        long_share=float(np.mean([expected_direction(p, 1) for p in calls])),  # P(long), renormalised
         up_share=float(np.mean([p.move_sign > 0 for p in points])),
-        discrimination=discrimination(probabilities, [point.move_sign for point in points]),
-        probabilities=probabilities,
+        discrimination=discrimination(calls, [point.move_sign for point in points]),
+        call_follows_word=float(np.mean(follows)),
+        probabilities=calls,
+        word_probabilities=words,
     )
+
+
+def carried_out(words: dict[str, float], sides: dict[str, dict[str, float]]) -> dict[str, float]:
+    """P of each action as the call carries it out: a stated long or short by its call's side (renormalised over
+    long and short), hold and close as stated.
+
+    >>> p = carried_out({"long": 0.5, "short": 0.3, "hold": 0.1, "close": 0.1},
+    ...                 {"long": {"long": 0.9, "short": 0.1}, "short": {"long": 0.6, "short": 0.2}})
+    >>> {action: round(q, 6) for action, q in p.items()}  # long: 0.5 * 0.9 + 0.3 * 0.75
+    {'long': 0.675, 'short': 0.125, 'hold': 0.1, 'close': 0.1}
+    """
+    out = dict(words)
+    out["long"] = out["short"] = 0.0
+    for stated in SIDES:
+        total = sum(sides[stated].values())
+        for side in SIDES:
+            out[side] += words[stated] * (sides[stated][side] / total if total > 0 else 0.5)
+    return out
+
+
+def _follows(words: dict[str, float], sides: dict[str, dict[str, float]]) -> float:
+    """P(the call's side is the stated word | the word is long or short)."""
+    stated = words["long"] + words["short"]
+    agree = sum(words[s] * sides[s][s] / max(sum(sides[s].values()), 1e-30) for s in SIDES)
+    return agree / stated if stated > 0 else 0.0
 
 
 def discrimination(probabilities: list[dict[str, float]], move_signs: list[int]) -> float | None:
@@ -122,31 +171,30 @@ def discrimination(probabilities: list[dict[str, float]], move_signs: list[int])
     return float(np.mean(rose) - np.mean(fell))
 
 
-def _word_probabilities(policy, tokenizer, points: list[ProbePoint], temperature: float,
-                        batch_size: int) -> list[dict[str, float]]:
-    """Per point, P(each action word) after its context: rows batched, right-padded, the common prefix once."""
-    words = action_word_ids(tokenizer)
+def _probabilities(policy, tokenizer, contexts: list[list[int]], words: dict[str, list[int]], temperature: float,
+                   batch_size: int) -> list[dict[str, float]]:
+    """Per context, P(each of `words` follows it): rows batched, right-padded, the common prefix once."""
     device = next(policy.parameters()).device
     head = causal_lm(policy).get_output_embeddings()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     probabilities = []
-    for start in range(0, len(points), batch_size):
-        batch = points[start : start + batch_size]
-        width = max(len(p.input_ids) for p in batch)
+    for start in range(0, len(contexts), batch_size):
+        batch = contexts[start : start + batch_size]
+        width = max(len(c) for c in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, T)
         mask = torch.zeros_like(ids)
-        for row, point in enumerate(batch):
-            ids[row, : len(point.input_ids)] = torch.tensor(point.input_ids)
-            mask[row, : len(point.input_ids)] = 1
+        for row, context in enumerate(batch):
+            ids[row, : len(context)] = torch.tensor(context)
+            mask[row, : len(context)] = 1
         ids, mask = ids.to(device), mask.to(device)
         hidden = backbone_hidden(policy, ids, mask, share_prefix=True)  # (B, T, H)
         last = hidden[torch.arange(len(batch), device=device), mask.sum(1) - 1]  # (B, H)
         logprobs = torch.log_softmax(head(last).float() / temperature, dim=-1)  # (B, V)
-        for row, point in enumerate(batch):
-            prefix = torch.tensor([point.input_ids], device=device)
+        for row, context in enumerate(batch):
+            prefix = torch.tensor([context], device=device)
             probabilities.append({
-                action: math.exp(word_logprob(policy, prefix, logprobs[row], tokens, temperature))
-                for action, tokens in words.items()
+                word: math.exp(word_logprob(policy, prefix, logprobs[row], tokens, temperature))
+                for word, tokens in words.items()
             })
     return probabilities
 
@@ -169,7 +217,9 @@ def probe_run(run_dir: Path, *, every: int = 1, count: int = 200, split: str = "
     steps = [step for step, _ in checkpoints]
     chosen = {0, *(s for s in steps if s % every == 0), *(steps[-1:])}
     path = run_dir / f"probe-{split}.json"
-    records = [r for r in (json.loads(path.read_text()) if path.is_file() else []) if r.get("points_asked") == count]
+    # records of another probe size, or from before the probe read the call's side, are probed again
+    records = [r for r in (json.loads(path.read_text()) if path.is_file() else [])
+               if r.get("points_asked") == count and "call_follows_word" in r]
     done = {r["step"] for r in records}
     todo = sorted(chosen - done)
     if not todo:
