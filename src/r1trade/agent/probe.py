@@ -110,10 +110,11 @@ def probe(policy, tokenizer, points: list[ProbePoint], *, temperature: float = 1
                                         temperature, batch_size) for stated in SIDES}
     finally:
         policy.train(training)
-    calls = [carried_out(word, {stated: sides[stated][k] for stated in SIDES}) for k, word in enumerate(words)]
+    per_point = [{stated: sides[stated][k] for stated in SIDES} for k in range(len(points))]
+    calls = [carried_out(word, side) for word, side in zip(words, per_point, strict=True)]
     greedy = [float(max(TRADE_ACTIONS, key=p.__getitem__) == {1: "long", -1: "short"}.get(point.move_sign))
               for point, p in zip(points, calls, strict=True)]
-    follows = [_follows(word, {stated: sides[stated][k] for stated in SIDES}) for k, word in enumerate(words)]
+    follows = [_follows(word, side) for word, side in zip(words, per_point, strict=True)]
     return ProbeResult(
         points=len(points),
         expected_direction_accuracy=float(np.mean([
@@ -141,17 +142,22 @@ def carried_out(words: dict[str, float], sides: dict[str, dict[str, float]]) -> 
     out = dict(words)
     out["long"] = out["short"] = 0.0
     for stated in SIDES:
-        total = sum(sides[stated].values())
         for side in SIDES:
-            out[side] += words[stated] * (sides[stated][side] / total if total > 0 else 0.5)
+            out[side] += words[stated] * _side_share(sides[stated], side)
     return out
 
 
 def _follows(words: dict[str, float], sides: dict[str, dict[str, float]]) -> float:
     """P(the call's side is the stated word | the word is long or short)."""
     stated = words["long"] + words["short"]
-    agree = sum(words[s] * sides[s][s] / max(sum(sides[s].values()), 1e-30) for s in SIDES)
+    agree = sum(words[s] * _side_share(sides[s], s) for s in SIDES)
     return agree / stated if stated > 0 else 0.0
+
+
+def _side_share(probabilities: dict[str, float], side: str) -> float:
+    """P(`side`) renormalised over long and short (even odds if both are 0)."""
+    total = sum(probabilities.values())
+    return probabilities[side] / total if total > 0 else 0.5
 
 
 def discrimination(probabilities: list[dict[str, float]], move_signs: list[int]) -> float | None:
