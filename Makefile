@@ -1,4 +1,4 @@
-# r1trade: `make demo` runs the main job on the shipped sample, `make test` runs the tests.
+# r1trade: `make demo` shows RL learning a planted-edge market (and checks the shipped sample), `make test` runs the tests.
 # Both install everything first into .venv (CPU build of torch first: an open range pulls a CUDA build).
 
 PYTHON ?= python3
