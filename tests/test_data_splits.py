@@ -1,3 +1,4 @@
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -55,3 +56,28 @@ def test_walk_forward_rolling_and_expanding(candles):
     expanding = list(walk_forward(candles, train_bars=200, test_bars=100, expanding=True))
     assert [len(train) for train, _ in expanding] == [200, 300, 400]
     assert all(train.index[-1] < test.index[0] for train, test in expanding)
+
+
+def test_split_edges_count_sign_repeats_per_split():
+    """Hand-worked: 2-bar intervals; train rises every interval (3 pairs, all repeat), validation is too short for a
+    pair, test alternates up and down (2 pairs, none repeat)."""
+    from r1trade.config import load_config
+    from r1trade.data.source import split_edges
+
+    train = [100, 101, 102, 103, 104, 105, 106, 107, 108, 109]  # ends 100, 102, 104, 106, 108: + + + +, 3 pairs
+    validation = [108, 107]  # one end: no change, no pair
+    test = [100, 101, 102, 101, 100, 101, 102, 103]  # ends 100, 102, 100, 102: + - +, 2 pairs
+    close = np.array(train + validation + test, dtype=float)
+    index = pd.date_range("2021-01-01", periods=len(close), freq="1h", tz="UTC", name="timestamp")
+    candles = pd.DataFrame(
+        {"open": close, "high": close + 1, "low": close - 1, "close": close, "volume": 1.0}, index=index
+    )
+    config = load_config(
+        "smoke",
+        ["env.decision_every=2", "data.split.method=fraction", "data.split.train=0.5",
+         "data.split.validation=0.1", "data.split.test=0.4", "data.split.embargo_bars=0"],
+    )
+    edges = split_edges(config, candles)
+    assert (edges["train"].pairs, edges["train"].repeat_rate) == (3, 1.0)
+    assert edges["validation"].pairs == 0
+    assert (edges["test"].pairs, edges["test"].repeat_rate) == (2, 0.0)

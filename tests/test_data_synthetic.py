@@ -195,6 +195,7 @@ def test_data_info_describes_the_generated_market(capsys) -> None:
     assert "synthetic planted_edge (p=0.8, seed=0)" in out and "8,000" in out and "realised edge" in out
     edge = measure_edge(read_config_candles(load_config("planted_edge")))
     assert f"{edge.repeat_rate:.4f}" in out
+    assert "sign repeats" in out and "4-bar intervals" in out
 
 
 @pytest.mark.parametrize(

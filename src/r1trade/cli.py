@@ -98,7 +98,7 @@ def data_info(
     set_: SetOption = None,
 ) -> None:
     """Validate candles and print rows, range, timeframe, gaps and problems (generated data: its realised edge)."""
-    from r1trade.data.source import describe_source, read_config_candles, synthetic_interval
+    from r1trade.data.source import describe_source, read_config_candles, split_edges, synthetic_interval
     from r1trade.data.store import load_candles, validate_candles
     from r1trade.data.synthetic import measure_edge
 
@@ -123,6 +123,16 @@ def data_info(
         table.add_row(
             "realised edge",
             f"{edge.repeat_rate:.4f} ± {edge.standard_error:.4f} over {edge.pairs:,} consecutive interval pairs",
+        )
+    if resolved is not None and report.ok:
+        edges = split_edges(resolved, candles)
+        table.add_row(
+            "sign repeats",
+            f"{resolved.env.decision_every}-bar intervals (0.5: none; above: momentum; below: reversal): "
+            + " · ".join(
+                f"{name} {edge.repeat_rate:.3f} ± {edge.standard_error:.3f} ({edge.pairs:,} pairs)"
+                for name, edge in edges.items()
+            ),
         )
     console.print(table)
     if not report.ok:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from r1trade.config import Config, resolve_path
+from r1trade.data.splits import SPLIT_NAMES, make_splits
 from r1trade.data.store import ValidationReport, load_candles, load_clean_candles, validate_candles
-from r1trade.data.synthetic import synthetic_candles
+from r1trade.data.synthetic import DecisionGrid, EdgeStats, decision_grid, measure_edge, synthetic_candles
 from r1trade.errors import DataError
 
 
@@ -54,3 +55,20 @@ def describe_source(config: Config) -> str:
         f"synthetic {synthetic.kind} (p={synthetic.p:g}, seed={synthetic.seed}, interval "
         f"{synthetic_interval(config)} bars)"
     )
+
+
+def split_edges(config: Config, candles: pd.DataFrame) -> dict[str, EdgeStats]:
+    """How often an `env.decision_every`-bar interval's sign repeats the previous one's, per split.
+
+    The naive edge a momentum (> 0.5) or reversal (< 0.5) rule on the last interval has, counted on the split's
+    own grid: generated data on its planted intervals, a candle file on intervals from the split's first bar.
+    """
+    splits = make_splits(candles, config.data.split)
+    edges = {}
+    for name in SPLIT_NAMES:
+        part = splits.get(name)
+        grid = decision_grid(part) or DecisionGrid(every=config.env.decision_every, first=0)
+        edge = measure_edge(part, grid) if len(part) else None
+        if edge is not None:
+            edges[name] = edge
+    return edges
