@@ -64,11 +64,6 @@ def split_edges(config: Config, candles: pd.DataFrame) -> dict[str, EdgeStats]:
     own grid: generated data on its planted intervals, a candle file on intervals from the split's first bar.
     """
     splits = make_splits(candles, config.data.split)
-    edges = {}
-    for name in SPLIT_NAMES:
-        part = splits.get(name)
-        grid = decision_grid(part) or DecisionGrid(every=config.env.decision_every, first=0)
-        edge = measure_edge(part, grid) if len(part) else None
-        if edge is not None:
-            edges[name] = edge
-    return edges
+    fallback = DecisionGrid(every=config.env.decision_every, first=0)
+    parts = {name: splits.get(name) for name in SPLIT_NAMES}
+    return {name: measure_edge(part, decision_grid(part) or fallback) for name, part in parts.items() if len(part)}
