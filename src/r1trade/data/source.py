@@ -66,4 +66,6 @@ def split_edges(config: Config, candles: pd.DataFrame) -> dict[str, EdgeStats]:
     splits = make_splits(candles, config.data.split)
     fallback = DecisionGrid(every=config.env.decision_every, first=0)
     parts = {name: splits.get(name) for name in SPLIT_NAMES}
-    return {name: measure_edge(part, decision_grid(part) or fallback) for name, part in parts.items() if len(part)}
+    return {
+        name: measure_edge(part, decision_grid(part) or fallback) for name, part in parts.items() if len(part)
+    }
