@@ -15,7 +15,7 @@ from r1trade.agent.critic import backbone_hidden, common_prefix_length
 from r1trade.agent.model import load_agent_models
 from r1trade.config import load_config
 from r1trade.rl.batch import RolloutBatch, collate, compute_advantages
-from r1trade.rl.trainer import Trainer
+from r1trade.rl.trainer import Trainer, _epoch_order
 
 VOCAB = 580  # the tiny tokenizer has 586 tokens
 
@@ -58,14 +58,15 @@ def shared_batch(rows: int = 4, prefix: int = 24, own: int = 18, seed: int = 0) 
 
 
 def make_trainer(
-    tmp_path: Path, *, lora: bool, critic: str = "value_head", share: bool, algorithm: str = "ppo"
+    tmp_path: Path, *, lora: bool, critic: str = "value_head", share: bool, algorithm: str = "ppo",
+    extra: tuple[str, ...] = (),
 ) -> Trainer:
     config = load_config(None, [
         "model.name_or_path=tiny-random", f"model.lora.enabled={str(lora).lower()}", f"model.critic={critic}",
         f"train.algorithm={algorithm}", "train.group_size=2", "train.kl_coef=0.05", "train.entropy_coef=0.01",
         "train.minibatch_size=4",
         "train.micro_batch_size=4", "train.logprob_chunk=7", f"train.share_prefix={str(share).lower()}",
-        "train.old_logprobs=recompute",
+        "train.old_logprobs=recompute", *extra,
     ])
     models = load_agent_models(config.model, seed=0)
     generator = torch.Generator().manual_seed(1)
@@ -105,6 +106,35 @@ def test_shared_prefix_gives_the_plain_log_probs_values_losses_and_gradients(tmp
     for name, grad in plain_grads.items():
         assert grad.abs().max() > 0, name
         torch.testing.assert_close(shared_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_group_minibatches_keep_each_groups_rows_together_in_batch_order():
+    group = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
+    generator = torch.Generator().manual_seed(0)
+    rows = _epoch_order(group, "rows", generator)
+    assert sorted(rows.tolist()) == list(range(8))
+    orders = {tuple(_epoch_order(group, "groups", generator).tolist()) for _ in range(20)}
+    members = {0: (0, 1, 2), 1: (3, 4), 2: (5, 6, 7)}
+    assert len(orders) > 1  # the groups are shuffled
+    for order in orders:
+        assert sorted(order) == list(range(8))
+        for rows_of_group in members.values():  # side by side, in batch order
+            at = [order.index(row) for row in rows_of_group]
+            assert at == list(range(at[0], at[0] + len(at)))
+
+
+def test_group_minibatches_with_a_shared_prefix_train_the_same_weights(tmp_path):
+    """A whole `optimise` (2 epochs, minibatches of one group, micro-batches of 2) with and without sharing: each
+    micro-batch is one group, whose rows share the first observation too; the weights come out the same."""
+    weights = {}
+    for share in (False, True):
+        trainer = make_trainer(tmp_path / str(share), lora=True, share=share,
+                               extra=("train.minibatches=groups", "train.minibatch_size=2", "train.micro_batch_size=2"))
+        batch = compute_advantages(trainer.score(shared_batch()), trainer.config.train)
+        trainer.optimise(batch)
+        weights[share] = {n: p.detach().clone() for n, p in trainer.models.policy.named_parameters() if p.requires_grad}
+    for name, weight in weights[False].items():
+        torch.testing.assert_close(weights[True][name], weight, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_shared_prefix_hidden_states_match_with_padding_and_shared_sampled_tokens(tiny_agent):

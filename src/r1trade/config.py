@@ -292,6 +292,10 @@ class TrainConfig(Section):
         True, description="run the tokens a micro-batch's rows share (system prompt, a group's first observation) "
         "once instead of once per row; exact, only faster"
     )
+    minibatches: Literal["rows", "groups"] = Field(
+        "rows", description="how an epoch shuffles the batch: row by row, or group by group (a group's rows stay "
+        "side by side, so a micro-batch of them runs the group's shared first observation once with share_prefix)"
+    )
     checkpoint_every: int = Field(10, ge=1)
     tensorboard: bool = False
     echo_min_reward_std: float = Field(1e-4, ge=0, description="warn when reward std falls below this")

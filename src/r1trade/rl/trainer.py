@@ -220,7 +220,7 @@ class Trainer:
         most_rows = int(self._across_processes(torch.tensor([batch.rows]), "max"))
         filler = batch.select(torch.arange(min(batch.rows, cfg.micro_batch_size))) if self.deepspeed else None
         for _ in range(cfg.epochs):
-            order = torch.randperm(batch.rows, generator=order_generator)
+            order = _epoch_order(batch.group, cfg.minibatches, order_generator)
             for start in range(0, most_rows, cfg.minibatch_size):  # every process takes the same number of steps
                 rows = order[start : start + cfg.minibatch_size]
                 # rows of one group side by side: a micro-batch of them shares more prefix (same gradient)
@@ -467,6 +467,16 @@ def _stack(pieces: list[torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:
         out[start : start + piece.shape[0], : piece.shape[1]] = piece
         start += piece.shape[0]
     return out
+
+
+def _epoch_order(group: torch.Tensor, by: str, generator: torch.Generator) -> torch.Tensor:
+    """The order an epoch visits the batch's rows in: a random permutation of the rows (`by="rows"`), or of the
+    groups with each group's rows side by side in their batch order (`by="groups"`)."""
+    if by == "rows":
+        return torch.randperm(len(group), generator=generator)
+    groups = group.unique()  # sorted
+    shuffled = groups[torch.randperm(len(groups), generator=generator)]
+    return torch.cat([(group == g).nonzero().flatten() for g in shuffled])
 
 
 def _chunks(n: int, size: int) -> list[torch.Tensor]:
