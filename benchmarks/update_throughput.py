@@ -7,11 +7,13 @@ tokens/s and peak memory, LoRA vs full, each mode in a fresh process so its peak
 torch's default BLAS.
 
 `--compare-shared-prefix`: whole updates (rollout, scoring, optimisation) of `btc_momentum` with LoRA, 16
-two-decision episodes in groups of 4, three ways: the path before this benchmark's options (full prompt, every row
-run in full, old log-probs recomputed), the compact prompt alone, and the compact prompt with the shared prefix run
-once per micro-batch and the old log-probs the rollout sampled with (no policy pass in scoring without a critic). The modes alternate
-(ABC CBA ...) `--repeats` times each so that a drifting machine load hits them alike; the last line printed is
-`speedup: N.Nx`, the default path's mean seconds per update over the shared path's.
+two-decision episodes in groups of 4, four ways: the path before this benchmark's options (full prompt, every row
+run in full, old log-probs recomputed), the compact prompt alone, the compact prompt with the shared prefix run
+once per micro-batch and the old log-probs the rollout sampled with (no policy pass in scoring without a critic),
+and that with minibatches of whole groups, each one micro-batch (`grouped`: a group's rows also share their first
+observation). The modes alternate (ABC CBA ...) `--repeats` times each so that a drifting machine load hits them
+alike; the last line printed is `speedup: N.Nx`, the first mode's mean seconds per update over the last mode's.
+`--profile-step MODE` runs one rollout of that mode and profiles one optimiser step on its first minibatch.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ SHARING_MODES = {  # the first is the path before the compact prompt, the shared
     "default": ["env.prompt=full", "train.share_prefix=false", "train.old_logprobs=recompute"],
     "compact": ["env.prompt=compact", "train.share_prefix=false", "train.old_logprobs=recompute"],
     "shared": ["env.prompt=compact", "train.share_prefix=true", "train.old_logprobs=rollout"],
+    "grouped": ["env.prompt=compact", "train.share_prefix=true", "train.old_logprobs=rollout",
+                "train.minibatches=groups", "train.micro_batch_size=4"],
 }
 SHARING_SETUP = ["rollout.num_envs=16", "train.group_size=4", "env.episode_decisions=2", "model.lora.enabled=true"]
 
@@ -133,6 +137,55 @@ def compare_shared_prefix(repeats: int, modes: list[str], extra: list[str]) -> N
     print(f"speedup: {means[first]['whole_seconds'] / means[last]['whole_seconds']:.1f}x")
 
 
+def profile_step(mode: str, extra: list[str]) -> None:
+    """One rollout of `mode`, then one optimiser step on its first minibatch under torch's profiler: the step's
+    seconds, the token positions it computed and the operators that took the time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from r1trade.agent.critic import common_prefix_length
+    from r1trade.agent.model import load_agent_models
+    from r1trade.config import load_config
+    from r1trade.env.trading_env import make_envs
+    from r1trade.rl.batch import collate, compute_advantages
+    from r1trade.rl.trainer import Trainer
+
+    print(cpu_header())
+    config = load_config("btc_momentum", [*SHARING_SETUP, *SHARING_MODES[mode], *extra])
+    torch.manual_seed(config.seed)
+    models = load_agent_models(config.model, seed=config.seed)
+    trainer = Trainer(config, models, lambda n: make_envs(config, n, "train"), Path(f"/tmp/r1trade-bench-{mode}"))
+    batch = collate(trainer.rollout(), pad_id=trainer.engine.pad_id)
+    batch = compute_advantages(trainer.score(batch), config.train)
+    rows = torch.arange(config.train.minibatch_size)  # the rollout's first group(s), side by side
+    minibatch = batch.select(rows)
+    positions = 0
+    for start in range(0, len(rows), config.train.micro_batch_size):
+        micro = minibatch.select(torch.arange(start, min(start + config.train.micro_batch_size, len(rows))))
+        width = int((micro.action_mask.cumsum(dim=1).argmax(dim=1)).max()) + 1  # through the last sampled token
+        shared = common_prefix_length(micro.input_ids[:, :width], micro.attention_mask[:, :width])
+        positions += shared + micro.rows * (width - shared) if config.train.share_prefix else micro.rows * width
+    trainer.step(minibatch)  # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        started = time.perf_counter()
+        trainer.step(minibatch)
+        seconds = time.perf_counter() - started
+    print(f"{mode}: one optimiser step of {len(rows)} rows, {positions} token positions computed: {seconds:.2f} s")
+    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+    from r1trade.agent.onednn import onednn_linear
+
+    hidden, inner = models.policy.config.hidden_size, models.policy.config.intermediate_size
+    for k, m in ((hidden, inner), (inner, hidden), (hidden, hidden)):  # the model's linear shapes, alone
+        x, weight = torch.randn(positions, k), torch.randn(m, k)
+        for _ in range(3):
+            onednn_linear(x, weight)
+        started = time.perf_counter()
+        for _ in range(20):
+            onednn_linear(x, weight)
+        seconds = (time.perf_counter() - started) / 20
+        print(f"oneDNN ({positions} x {k}) . ({k} x {m}): {seconds * 1e3:.2f} ms, "
+              f"{2 * positions * k * m / seconds / 1e9:.0f} GFLOP/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
@@ -144,9 +197,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="updates per mode with --compare-shared-prefix")
     parser.add_argument("--modes", default=",".join(SHARING_MODES),
                         help="with --compare-shared-prefix: which modes, in order")
+    parser.add_argument("--profile-step", choices=list(SHARING_MODES),
+                        help="profile one optimiser step of this mode's first minibatch after one rollout")
     parser.add_argument("--set", action="append", default=[], help="extra config overrides (a.b=c)")
     args = parser.parse_args()
     keep_freed_memory()
+    if args.profile_step:
+        from r1trade.quiet import quiet_third_party
+
+        quiet_third_party()
+        profile_step(args.profile_step, args.set)
+        return
     if args.compare_shared_prefix:
         from r1trade.quiet import quiet_third_party
 
