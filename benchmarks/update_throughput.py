@@ -64,7 +64,7 @@ def one_mode(lora: bool, rows: int, tokens: int, onednn: bool) -> dict:
     trainable = sum(p.numel() for p in models.policy.parameters() if p.requires_grad)
     trained = rows * tokens
     return {
-        "mode": "LoRA r=%d" % config.model.lora.r if lora else "full fine-tune",
+        "mode": f"LoRA r={config.model.lora.r}" if lora else "full fine-tune",
         "parameters": params,
         "trainable": trainable,
         "score_s": scored - started,
@@ -83,11 +83,15 @@ SHARING_MODES = {  # the first is the path before the compact prompt, the shared
     "grouped": ["env.prompt=compact", "train.share_prefix=true", "train.old_logprobs=rollout",
                 "train.minibatches=groups", "train.micro_batch_size=4"],
 }
+SHARING_MODES["bf16"] = [*SHARING_MODES["grouped"], "model.dtype=bfloat16"]  # frozen weights in bfloat16 (not exact)
 SHARING_SETUP = ["rollout.num_envs=16", "train.group_size=4", "env.episode_decisions=2", "model.lora.enabled=true"]
 
 
-def compare_shared_prefix(repeats: int, modes: list[str], extra: list[str]) -> None:
-    """Whole updates of each mode, alternated; per phase seconds and tokens/s, then the speedup."""
+def compare_shared_prefix(
+    repeats: int, modes: list[str], extra: list[str], per_mode: dict[str, list[str]] | None = None
+) -> None:
+    """Whole updates of each mode, alternated; per phase seconds and tokens/s, then the speedup. `extra` overrides
+    every mode's config, `per_mode[mode]` only that mode's (each mode's model warm-started on its own prompt)."""
     from r1trade.agent.model import load_agent_models
     from r1trade.config import load_config
     from r1trade.env.trading_env import make_envs
@@ -98,7 +102,9 @@ def compare_shared_prefix(repeats: int, modes: list[str], extra: list[str]) -> N
           f"{' '.join(SHARING_SETUP[:3])}; {repeats} updates per mode, alternated")
     trainers = {}
     for mode in modes:
-        config = load_config("btc_momentum", [*SHARING_SETUP, *SHARING_MODES[mode], *extra])
+        overrides = [*SHARING_SETUP, *SHARING_MODES[mode], *extra, *(per_mode or {}).get(mode, [])]
+        config = load_config("btc_momentum", overrides)
+        print(f"{mode}: {' '.join(overrides[len(SHARING_SETUP):])}")
         torch.manual_seed(config.seed)
         models = load_agent_models(config.model, seed=config.seed)
         trainers[mode] = Trainer(config, models, lambda n, c=config: make_envs(c, n, "train"),
@@ -200,6 +206,8 @@ def main() -> None:
     parser.add_argument("--profile-step", choices=list(SHARING_MODES),
                         help="profile one optimiser step of this mode's first minibatch after one rollout")
     parser.add_argument("--set", action="append", default=[], help="extra config overrides (a.b=c)")
+    parser.add_argument("--mode-set", action="append", default=[], metavar="MODE:a.b=c",
+                        help="with --compare-shared-prefix: an override for one mode only (e.g. its model)")
     args = parser.parse_args()
     keep_freed_memory()
     if args.profile_step:
@@ -212,7 +220,13 @@ def main() -> None:
         from r1trade.quiet import quiet_third_party
 
         quiet_third_party()
-        compare_shared_prefix(args.repeats, args.modes.split(","), args.set)
+        per_mode: dict[str, list[str]] = {}
+        for item in args.mode_set:
+            mode, _, override = item.partition(":")
+            if mode not in SHARING_MODES or "=" not in override:
+                parser.error(f"--mode-set {item!r}: expected MODE:a.b=c with MODE one of {', '.join(SHARING_MODES)}")
+            per_mode.setdefault(mode, []).append(override)
+        compare_shared_prefix(args.repeats, args.modes.split(","), args.set, per_mode)
         return
     if args.mode:
         print(json.dumps(one_mode(args.mode == "lora", args.rows, args.tokens, not args.no_onednn)))
