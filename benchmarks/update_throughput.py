@@ -87,28 +87,30 @@ SHARING_MODES["bf16"] = [*SHARING_MODES["grouped"], "model.dtype=bfloat16"]  # f
 SHARING_SETUP = ["rollout.num_envs=16", "train.group_size=4", "env.episode_decisions=2", "model.lora.enabled=true"]
 
 
-def compare_shared_prefix(
-    repeats: int, modes: list[str], extra: list[str], per_mode: dict[str, list[str]] | None = None
-) -> None:
-    """Whole updates of each mode, alternated; per phase seconds and tokens/s, then the speedup. `extra` overrides
-    every mode's config, `per_mode[mode]` only that mode's (each mode's model warm-started on its own prompt)."""
+def sharing_trainer(mode: str, overrides: list[str]):
+    """A trainer of `btc_momentum` in `mode`, with `overrides` on top; prints what the mode sets."""
     from r1trade.agent.model import load_agent_models
     from r1trade.config import load_config
     from r1trade.env.trading_env import make_envs
     from r1trade.rl.trainer import Trainer
 
+    settings = [*SHARING_MODES[mode], *overrides]
+    print(f"{mode}: {' '.join(settings)}")
+    config = load_config("btc_momentum", [*SHARING_SETUP, *settings])
+    torch.manual_seed(config.seed)
+    models = load_agent_models(config.model, seed=config.seed)
+    return Trainer(config, models, lambda n: make_envs(config, n, "train"), Path(f"/tmp/r1trade-bench-{mode}"))
+
+
+def compare_shared_prefix(
+    repeats: int, modes: list[str], extra: list[str], per_mode: dict[str, list[str]] | None = None
+) -> None:
+    """Whole updates of each mode, alternated; per phase seconds and tokens/s, then the speedup. `extra` overrides
+    every mode's config, `per_mode[mode]` only that mode's (each mode's model warm-started on its own prompt)."""
     print(cpu_header())
     print(f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; btc_momentum, LoRA, "
           f"{' '.join(SHARING_SETUP[:3])}; {repeats} updates per mode, alternated")
-    trainers = {}
-    for mode in modes:
-        overrides = [*SHARING_SETUP, *SHARING_MODES[mode], *extra, *(per_mode or {}).get(mode, [])]
-        config = load_config("btc_momentum", overrides)
-        print(f"{mode}: {' '.join(overrides[len(SHARING_SETUP):])}")
-        torch.manual_seed(config.seed)
-        models = load_agent_models(config.model, seed=config.seed)
-        trainers[mode] = Trainer(config, models, lambda n, c=config: make_envs(c, n, "train"),
-                                 Path(f"/tmp/r1trade-bench-{mode}"))
+    trainers = {mode: sharing_trainer(mode, [*extra, *(per_mode or {}).get(mode, [])]) for mode in modes}
     runs: dict[str, list[dict]] = {mode: [] for mode in modes}
     for round_ in range(repeats):
         for mode in modes if round_ % 2 == 0 else modes[::-1]:
@@ -149,17 +151,11 @@ def profile_step(mode: str, extra: list[str]) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from r1trade.agent.critic import common_prefix_length
-    from r1trade.agent.model import load_agent_models
-    from r1trade.config import load_config
-    from r1trade.env.trading_env import make_envs
     from r1trade.rl.batch import collate, compute_advantages
-    from r1trade.rl.trainer import Trainer
 
     print(cpu_header())
-    config = load_config("btc_momentum", [*SHARING_SETUP, *SHARING_MODES[mode], *extra])
-    torch.manual_seed(config.seed)
-    models = load_agent_models(config.model, seed=config.seed)
-    trainer = Trainer(config, models, lambda n: make_envs(config, n, "train"), Path(f"/tmp/r1trade-bench-{mode}"))
+    trainer = sharing_trainer(mode, extra)
+    config, models = trainer.config, trainer.models
     batch = collate(trainer.rollout(), pad_id=trainer.engine.pad_id)
     batch = compute_advantages(trainer.score(batch), config.train)
     rows = torch.arange(config.train.minibatch_size)  # the rollout's first group(s), side by side
@@ -167,8 +163,9 @@ def profile_step(mode: str, extra: list[str]) -> None:
     positions = 0
     for start in range(0, len(rows), config.train.micro_batch_size):
         micro = minibatch.select(torch.arange(start, min(start + config.train.micro_batch_size, len(rows))))
-        width = int((micro.action_mask.cumsum(dim=1).argmax(dim=1)).max()) + 1  # through the last sampled token
-        shared = common_prefix_length(micro.input_ids[:, :width], micro.attention_mask[:, :width])
+        micro = trainer._through_last_action(micro)  # what the loss pass runs
+        width = micro.input_ids.shape[1]
+        shared = common_prefix_length(micro.input_ids, micro.attention_mask)
         positions += shared + micro.rows * (width - shared) if config.train.share_prefix else micro.rows * width
     trainer.step(minibatch)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
