@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from test_rl_trainer import make_config, make_trainer  # noqa: E402
+from test_rl_trainer import make_config, make_trainer
 
 run_dir, updates = Path(sys.argv[1]), int(sys.argv[2])
 trainer = make_trainer(make_config(updates=updates, minibatch_size=2, checkpoint_every=1), run_dir)

@@ -4,10 +4,9 @@ the KV cache changes nothing but speed."""
 from __future__ import annotations
 
 import torch
+from agent_fixtures import tiny_agent  # noqa: F401  (fixture)
 
 from r1trade.agent.rollout import ChatTokens, RolloutEngine, SamplingConfig, Trajectory
-
-from agent_fixtures import tiny_agent  # noqa: F401  (fixture)
 
 
 class ScriptedEnv:

@@ -12,9 +12,9 @@ from r1trade.agent.rollout import ChatTokens
 from r1trade.agent.warmstart import check_turns_fit, collect_demonstrations, demonstration_turn, longest_turn
 from r1trade.cli import main
 from r1trade.config import ModelConfig, load_config
-from r1trade.errors import ConfigError
 from r1trade.env.parsing import parse_tool_call
 from r1trade.env.trading_env import make_envs
+from r1trade.errors import ConfigError
 
 
 def env_at(change_pct: float, rsi: float, *, units: float = 0.0, allow_short: bool = True):

@@ -18,8 +18,8 @@ from r1trade.backtest.report import (
     StrategyRun,
     best_strategies,
     comparison_tables,
-    markdown_table,
     format_value,
+    markdown_table,
     trades_frame,
     write_report,
 )

@@ -44,7 +44,7 @@ def test_every_defect_is_reported_with_its_rows(candles):
         "NaN values", "non-positive prices", "high below max(open, close)",
         "low above min(open, close)", "negative volume",
     }
-    stamp = lambda i: f"{bad.index[i]:%Y-%m-%d %H:%M}"  # noqa: E731
+    stamp = lambda i: f"{bad.index[i]:%Y-%m-%d %H:%M}"
     assert kinds["NaN values"].where == [stamp(3)]
     assert kinds["negative volume"].where == [stamp(11)]
     assert stamp(7) in kinds["high below max(open, close)"].where

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from env_fixtures import close, hold, long, make_env, ohlc_candles, random_candles, short
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from r1trade.env import MarketReplay, Portfolio
-
-from env_fixtures import close, hold, long, make_env, ohlc_candles, random_candles, short
 
 
 def portfolio(cash: float = 10_000.0, fee_bps: float = 0.0) -> Portfolio:

@@ -10,7 +10,7 @@ import torch
 
 from r1trade.agent.rollout import Segment, Trajectory, Turn
 from r1trade.config import load_config
-from r1trade.rl.advantages import decision_group_advantages, gae, group_relative
+from r1trade.rl.advantages import decision_group_advantages, group_relative
 from r1trade.rl.batch import RolloutBatch, TurnView, collate, compute_advantages
 
 

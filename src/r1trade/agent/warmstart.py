@@ -27,8 +27,8 @@ from transformers import PrinterCallback, TrainerCallback
 
 from r1trade.agent.rollout import ChatTokens
 from r1trade.config import Config
-from r1trade.errors import ConfigError
 from r1trade.env.trading_env import TradingEnv, make_envs
+from r1trade.errors import ConfigError
 
 TREND_BARS = 24
 

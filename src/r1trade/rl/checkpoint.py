@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from r1trade.agent.model import AgentModels, load_agent_models, load_critic, load_policy, save_critic, save_policy
+from r1trade.agent.model import (
+    AgentModels,
+    load_agent_models,
+    load_critic,
+    load_policy,
+    save_critic,
+    save_policy,
+)
 from r1trade.config import Config, load_config
 from r1trade.errors import UsageError
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from r1trade.errors import UsageError  # noqa: E402
+from r1trade.errors import UsageError
 
 PANELS: list[tuple[str, list[str]]] = [
     ("episode return and PnL", ["episode_return", "episode_pnl_pct", "buy_and_hold_pct"]),
