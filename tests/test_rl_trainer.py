@@ -104,8 +104,8 @@ def test_non_finite_loss_skips_the_step_and_keeps_weights(tmp_path: Path, monkey
     before = [p.detach().clone() for p in trainer.models.policy.parameters()]
     real_loss = Trainer.loss
 
-    def poisoned(self, micro):
-        loss, stats = real_loss(self, micro)
+    def poisoned(self, micro, **kwargs):
+        loss, stats = real_loss(self, micro, **kwargs)
         return loss * math.nan, stats
 
     monkeypatch.setattr(Trainer, "loss", poisoned)

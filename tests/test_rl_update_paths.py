@@ -137,6 +137,25 @@ def test_group_minibatches_with_a_shared_prefix_train_the_same_weights(tmp_path)
         torch.testing.assert_close(weights[True][name], weight, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_the_micro_batch_size_changes_no_trained_weight(tmp_path):
+    """Gradient accumulation weighs each micro-batch's policy terms by its share of the minibatch's loss tokens
+    and its value loss by its share of the value positions (PPO with a value head here), so a minibatch of 4 rows
+    run as 4 micro-batches of 1 or as one of 4 (its prefix once) trains the same weights."""
+    def trained(trainer: Trainer) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in trainer.models.policy.named_parameters() if p.requires_grad}
+
+    weights = {}
+    for micro in (1, 4):
+        trainer = make_trainer(tmp_path / str(micro), lora=True, share=True, extra=(f"train.micro_batch_size={micro}",))
+        before = trained(trainer)
+        batch = compute_advantages(trainer.score(shared_batch()), trainer.config.train)
+        trainer.optimise(batch)
+        weights[micro] = trained(trainer)
+    assert weights[1] and all(not torch.equal(weights[1][n], w) for n, w in before.items())  # every tensor trained
+    for name, weight in weights[1].items():
+        torch.testing.assert_close(weights[4][name], weight, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_shared_prefix_hidden_states_match_with_padding_and_shared_sampled_tokens(tiny_agent):
     policy, _ = tiny_agent
     batch = shared_batch(seed=3)

@@ -243,30 +243,37 @@ class Trainer:
         cfg = self.config.train
         if self.deepspeed is None:  # DeepSpeed clears its gradients after every step itself
             self.optimizer.zero_grad(set_to_none=True)
-        loss_mask_all = self._loss_mask(minibatch)
-        tokens = loss_mask_all.sum().clamp(min=1)
+        # each micro-batch's means weighed by its share of the minibatch's loss tokens (and value positions): the
+        # gradient is the minibatch mean's, however the minibatch is cut into micro-batches
+        tokens = self._loss_mask(minibatch).sum().clamp(min=1)
+        positions = minibatch.value_mask.sum().clamp(min=1) if self.uses_critic else None
         stats: dict[str, float] = {}
         total_loss = 0.0
         micro_batches = _chunks(minibatch.rows, cfg.micro_batch_size)
         padding = self.deepspeed.gradient_accumulation_steps() - len(micro_batches) if self.deepspeed else 0
         for rows in micro_batches:
             micro = minibatch.select(rows)
-            loss, micro_stats = self.loss(micro)
             weight = float(self._loss_mask(micro).sum() / tokens)
-            self._backward(loss * weight)
-            total_loss += float(loss.detach()) * weight
+            value_weight = float(micro.value_mask.sum() / positions) if positions is not None else 0.0
+            loss, micro_stats = self.loss(micro, weights=(weight, value_weight))
+            self._backward(loss)
+            total_loss += float(loss.detach())
             for key, value in micro_stats.items():
-                stats[key] = stats.get(key, 0.0) + value * weight
+                stats[key] = stats.get(key, 0.0) + value * (value_weight if key.startswith("value_") else weight)
         for _ in range(padding):
-            self._backward(self.loss(filler)[0] * 0.0)
+            self._backward(self.loss(filler, weights=(0.0, 0.0))[0])
         grad_norm, finite = self._apply_gradients(total_loss)
         stats.update(loss=total_loss, grad_norm=grad_norm)
         if finite:
             self.scheduler.step()
         return stats, finite
 
-    def loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """The algorithm's loss on a micro-batch (a mean over its loss-mask tokens)."""
+    def loss(
+        self, micro: RolloutBatch, weights: tuple[float, float] = (1.0, 1.0)
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The algorithm's loss on a micro-batch: the policy terms' mean over its loss-mask tokens times
+        `weights[0]`, plus the value loss's mean over its value positions times `weights[1]`; the statistics are
+        the unweighted means."""
         cfg = self.config.train
         micro = self._through_last_action(micro)
         mask = self._loss_mask(micro)
@@ -282,9 +289,10 @@ class Trainer:
         if cfg.algorithm in GROUP_ALGORITHMS and cfg.kl_coef > 0:
             loss = loss + cfg.kl_coef * kl
         stats = {**stats, "policy_loss": float(pg.detach()), "entropy": float(entropy.detach()), "kl_ref": float(kl.detach())}
+        loss = loss * weights[0]
         if self.uses_critic:
             vf, vstats = value_loss(out.values, micro.old_values, micro.returns, micro.value_mask, cfg.value_clip)
-            loss = loss + cfg.value_coef * vf
+            loss = loss + cfg.value_coef * vf * weights[1]
             stats.update(value_loss=float(vf.detach()), **{f"value_{k}": v for k, v in vstats.items()})
         return loss, stats
 
