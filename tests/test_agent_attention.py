@@ -57,6 +57,24 @@ def test_one_decoding_step_equals_sdpa_with_repeated_heads(kernel_calls, dim, ke
     assert kernel_calls == ([dim % 16 == 0] * 2 if kernel else [])
 
 
+def test_a_bfloat16_decoding_step_goes_to_the_bfloat16_kernel_with_its_mask_in_float32(kernel_calls) -> None:
+    """A model run in bfloat16 masks with bfloat16's lowest value; the kernel is handed float32's, so masked
+    columns are skipped, and its float32 sums are rounded once: closer to exact than SDPA in bfloat16."""
+    torch.manual_seed(1)
+    module = torch.nn.Module()
+    query = torch.randn(4, 6, 1, 16).bfloat16()
+    key, value = torch.randn(4, 2, 10, 16).bfloat16(), torch.randn(4, 2, 10, 16).bfloat16()
+    mask = torch.ones(4, 1, 1, 10, dtype=torch.bool)
+    mask[0, ..., :3] = False
+    mask[3] = False  # a row with nothing to attend to: zeros, as the float32 kernel gives
+    with torch.no_grad():
+        out, _ = grouped_query_attention(module, query, key, value, mask, scaling=0.3, kernel=True)
+    assert kernel_calls == [True] and out.dtype == torch.bfloat16
+    exact = _sdpa_reference(query[:3].double(), key[:3].double(), value[:3].double(), mask[:3], 0.3)
+    assert (out[:3].double() - exact).abs().max() <= exact.abs().max() * 2**-8  # one bfloat16 rounding
+    assert torch.equal(out[3], torch.zeros_like(out[3]))
+
+
 @pytest.mark.parametrize(
     ("scores_per_chunk", "dtype", "projected"),
     [

@@ -179,8 +179,11 @@ def test_a_kernel_that_computes_wrongly_is_not_used(monkeypatch, caplog) -> None
         return 0
 
     monkeypatch.setattr(kernels, "_KERNELS", {})
-    monkeypatch.setattr(kernels, "build", lambda groups, head_dim: Path("unused.so"))
-    monkeypatch.setattr(kernels, "_load", lambda path, groups, head_dim: kernels.DecodeKernel(groups, head_dim, zeros))
+    monkeypatch.setattr(kernels, "_WARNED", set())
+    monkeypatch.setattr(kernels, "build", lambda groups, head_dim, dtype: Path("unused.so"))
+    monkeypatch.setattr(
+        kernels, "_load", lambda path, groups, head_dim, dtype: kernels.DecodeKernel(groups, head_dim, zeros, dtype)
+    )
     with caplog.at_level(logging.WARNING, logger=kernels.__name__):
         assert kernels.decode_kernel(2, 16) is None
         assert kernels.decode_kernel(2, 16) is None

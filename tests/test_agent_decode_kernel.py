@@ -63,6 +63,30 @@ def test_the_kernel_matches_attention_in_float64(groups, dim, prefix_length, own
     torch.testing.assert_close(unmasked.double(), _reference(query, keys, values, None, 0.125, prefix), atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("query_dtype", [torch.float32, torch.bfloat16])
+def test_the_bfloat16_build_reads_bfloat16_keys_and_values_and_sums_in_float32(query_dtype) -> None:
+    """The keys and values of a model run in bfloat16: each read exactly, every sum in float32, so the result is
+    float32 attention over those numbers, rounded to the query's dtype."""
+    query, keys, values, mask, prefix = _case(3, 64, 37, 45, seed=3)
+    keys, values = keys.bfloat16(), values.bfloat16()
+    prefix = tuple(t.bfloat16() for t in prefix)
+    query = query.to(query_dtype)
+    kernel = decode_kernel(3, 64, torch.bfloat16)
+    assert kernel is not None and kernel.dtype == torch.bfloat16
+    out = kernel(query, keys, values, mask, 0.125, prefix)
+    assert out.shape == query.shape and out.dtype == query_dtype
+    expected = _reference(query, keys, values, mask, 0.125, prefix)
+    if query_dtype == torch.float32:
+        torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
+    else:  # rounded once, to bfloat16's 8 bits
+        assert torch.equal(out, expected.float().bfloat16()) or (out.double() - expected).abs().max() < 1e-2
+        torch.testing.assert_close(out.double(), expected, atol=4e-3, rtol=4e-3)
+    with pytest.raises(ValueError, match="bfloat16 CPU keys"):  # a float32 cache goes to the float32 build
+        kernel(query, keys.float(), values.float(), mask, 0.125, tuple(t.float() for t in prefix))
+    with pytest.raises(ValueError, match="float32 CPU keys"):
+        decode_kernel(3, 64)(query, keys, values, mask, 0.125, prefix)
+
+
 def test_a_row_that_attends_to_nothing_gets_zeros_and_the_others_are_unaffected() -> None:
     query, keys, values, mask, prefix = _case(3, 64, 20, 30)
     mask[3] = LOWEST
@@ -90,6 +114,7 @@ def test_inputs_the_kernel_cannot_read_are_refused() -> None:
     kernel = decode_kernel(2, 16)
     projected = torch.randn(4, 8, 3 * 16).view(4, 8, 3, 16).transpose(1, 2)  # rows strided across heads
     assert fits_kernel(keys) and not fits_kernel(projected) and not fits_kernel(keys.double())
+    assert fits_kernel(keys.bfloat16(), values.bfloat16()) and not fits_kernel(keys.bfloat16(), values)
     assert not fits_kernel(torch.randn(4, 3, 8, 8))  # a head size that is not a multiple of 16
     with pytest.raises(ValueError, match="dense"):
         kernel(query, projected, values, mask, 0.125, prefix)
@@ -103,9 +128,12 @@ def test_a_build_is_kept_per_shape_and_reused(tmp_path, monkeypatch) -> None:
     first = build(2, 16, tmp_path)
     other = build(3, 16, tmp_path)
     assert first.is_file() and other.is_file() and first != other
-    assert "g2_d16" in first.name and "g3_d16" in other.name
+    bfloat16 = build(2, 16, tmp_path, dtype=torch.bfloat16)
+    assert "g2_d16" in first.name and "g3_d16" in other.name and "g2_d16_bfloat16" in bfloat16.name
     monkeypatch.setattr(kernels, "_run", lambda command: pytest.fail(f"rebuilt: {command}"))
-    assert build(2, 16, tmp_path) == first
+    assert build(2, 16, tmp_path) == first and build(2, 16, tmp_path, dtype=torch.bfloat16) == bfloat16
+    with pytest.raises(KernelBuildError, match="float16 keys"):
+        build(2, 16, tmp_path, dtype=torch.float16)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no build directory left behind
 
 
@@ -121,10 +149,13 @@ def test_the_kernel_is_right_on_cpus_without_avx512_too(tmp_path, monkeypatch) -
     """On AVX2 the compiler splits each 16-float vector and its shuffles in two: same results."""
     flags = tuple("-march=x86-64-v3" if flag == "-march=native" else flag for flag in kernels.COMPILE_FLAGS)
     monkeypatch.setattr(kernels, "COMPILE_FLAGS", flags)
-    kernel = kernels._load(build(3, 64, tmp_path), 3, 64)
     query, keys, values, mask, prefix = _case(3, 64, 37, 45, seed=1)
-    out = kernel(query, keys, values, mask, 0.125, prefix)
-    torch.testing.assert_close(out.double(), _reference(query, keys, values, mask, 0.125, prefix), atol=2e-6, rtol=1e-5)
+    for dtype in (torch.float32, torch.bfloat16):
+        kernel = kernels._load(build(3, 64, tmp_path, dtype=dtype), 3, 64, dtype)
+        keys, values, prefix = keys.to(dtype), values.to(dtype), tuple(t.to(dtype) for t in prefix)
+        out = kernel(query, keys, values, mask, 0.125, prefix)
+        expected = _reference(query, keys, values, mask, 0.125, prefix)
+        torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -137,11 +168,13 @@ def test_without_a_working_compiler_attention_stays_with_torch_and_says_so_once(
     monkeypatch.setenv("CC", compiler)
     monkeypatch.setenv("R1TRADE_CACHE", str(tmp_path))
     monkeypatch.setattr(kernels, "_KERNELS", {})
+    monkeypatch.setattr(kernels, "_WARNED", set())
     with pytest.raises(KernelBuildError, match=message):
         build(2, 16, tmp_path)
     with caplog.at_level(logging.WARNING, logger=kernels.__name__):
         assert decode_kernel(2, 16) is None
         assert decode_kernel(2, 16) is None
+        assert decode_kernel(2, 16, torch.bfloat16) is None  # the same reason is not said again for bfloat16
     warnings = [record.getMessage() for record in caplog.records]
     assert len(warnings) == 1 and "stays with torch" in warnings[0] and message in warnings[0]
 

@@ -68,7 +68,8 @@ def grouped_query_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """Attention output `(B, Q, H, D)` as transformers' attention functions return it; with `kernel`, decoding
-    steps go to the compiled kernel where it applies (float32 on CPU, a head size that is a multiple of 16)."""
+    steps go to the compiled kernel where it applies (float32 or bfloat16 on CPU, a head size that is a multiple
+    of 16)."""
     batch, heads, length, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
@@ -172,9 +173,12 @@ def _kernel_step(
     kv_heads = key.shape[1]
     if torch.is_grad_enabled() or not fits_kernel(query, key, value, *(prefix or ())):
         return None
-    kernel = decode_kernel(heads // kv_heads, dim)
+    kernel = decode_kernel(heads // kv_heads, dim, key.dtype)
     if kernel is None:
         return None
+    if mask is not None and mask.dtype != torch.float32:  # the kernel adds float32 masks (skips float32's lowest)
+        lowest = torch.finfo(mask.dtype).min
+        mask = _KERNEL_MASKS.get(mask, lambda: _additive(mask != lowest, torch.float32))
     return kernel(query.reshape(batch, kv_heads, heads // kv_heads, dim), key, value, mask, scale, prefix)
 
 
@@ -256,6 +260,7 @@ class _MaskPerForward:
 
 
 _MASKS = _MaskPerForward()
+_KERNEL_MASKS = _MaskPerForward()  # `_MASKS`'s mask in float32, where the model runs in another dtype
 _SCORES_PER_CHUNK = 1 << 22
 """Attention scores `_explicit_attention` holds at once for one row and head (16 MB in float32)."""
 

@@ -7,12 +7,15 @@
  * the values are summed with its weights. Every key and value is read once per task, and a column the mask rules
  * out (additive value -FLT_MAX, as r1trade's masks use) is not read at all.
  *
- * Layouts (floats; each column's HEAD_DIM numbers are contiguous, as in a KV-cache buffer):
- *   query   (rows, kv_heads, GROUPS, HEAD_DIM) contiguous, not yet scaled
+ * Layouts (each column's HEAD_DIM numbers are contiguous, as in a KV-cache buffer):
+ *   query   (rows, kv_heads, GROUPS, HEAD_DIM) float, contiguous, not yet scaled
  *   prefix  keys/values (kv_heads, prefix_len, HEAD_DIM), head stride prefix_head_stride; shared by all rows
  *   own     keys/values (rows, kv_heads, own_len, HEAD_DIM), row and head strides given per tensor
- *   mask    (rows, prefix_len + own_len) additive, contiguous; NULL = every column
- *   out     (rows, kv_heads, GROUPS, HEAD_DIM) contiguous
+ *   mask    (rows, prefix_len + own_len) float, additive, contiguous; NULL = every column
+ *   out     (rows, kv_heads, GROUPS, HEAD_DIM) float, contiguous
+ * Keys and values are floats, or with -DKV_BF16 bfloat16 (a model run in bfloat16 caches them so): each is widened
+ * to float as it is read (exact: a bfloat16 is a float's upper 16 bits), and every sum is a float sum, so a step
+ * reads half the bytes and computes as the float build does.
  * Returns 0, or 1 when the scratch memory for the scores could not be allocated.
  */
 #include <float.h>
@@ -41,6 +44,20 @@ typedef float unaligned_vec __attribute__((vector_size(LANES * sizeof(float)), a
 static inline vec load(const float *p) { return *(const unaligned_vec *)p; }
 static inline void store(float *p, vec x) { *(unaligned_vec *)p = x; }
 
+#ifdef KV_BF16
+typedef uint16_t kv_t; /* bfloat16 bits */
+typedef uint16_t unaligned_kv_vec __attribute__((vector_size(LANES * sizeof(uint16_t)), aligned(sizeof(uint16_t))));
+typedef uint32_t wide_vec __attribute__((vector_size(LANES * sizeof(uint32_t))));
+/* LANES bfloat16 as floats: zero-extend each to 32 bits and shift it into the upper half */
+static inline vec load_kv(const kv_t *p) {
+    return (vec)(__builtin_convertvector(*(const unaligned_kv_vec *)p, wide_vec) << 16);
+}
+#else
+typedef float kv_t;
+static inline vec load_kv(const kv_t *p) { return load(p); }
+#endif
+#define KV_PER_LINE (64 / (int)sizeof(kv_t)) /* numbers per 64-byte cache line */
+
 /* a[low] + a[high] over the 32 lanes of (a, b): each step halves the partial sums per column */
 #define FOLD(a, b, ...) (__builtin_shufflevector(a, b, __VA_ARGS__))
 #define LOW1 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
@@ -65,23 +82,23 @@ static inline vec transpose_sum(const vec *x) {
 }
 
 /* Column j of a task: the prefix's columns come first, then the row's own. */
-static inline const float *column(const float *prefix, const float *own, int64_t prefix_len, int64_t j) {
+static inline const kv_t *column(const kv_t *prefix, const kv_t *own, int64_t prefix_len, int64_t j) {
     return j < prefix_len ? prefix + j * HEAD_DIM : own + (j - prefix_len) * HEAD_DIM;
 }
 
 /* Column j, after asking for the one PREFETCH_COLUMNS further on to be brought into the cache. */
-static inline const float *fetch(const float *prefix, const float *own, int64_t prefix_len, int64_t j,
-                                 int64_t columns) {
+static inline const kv_t *fetch(const kv_t *prefix, const kv_t *own, int64_t prefix_len, int64_t j,
+                                int64_t columns) {
     if (j + PREFETCH_COLUMNS < columns) {
-        const float *ahead = column(prefix, own, prefix_len, j + PREFETCH_COLUMNS);
-        for (int i = 0; i < HEAD_DIM; i += LANES) __builtin_prefetch(ahead + i);
+        const kv_t *ahead = column(prefix, own, prefix_len, j + PREFETCH_COLUMNS);
+        for (int i = 0; i < HEAD_DIM; i += KV_PER_LINE) __builtin_prefetch(ahead + i);
     }
     return column(prefix, own, prefix_len, j);
 }
 
 /* One row and key/value head. `scores` holds GROUPS × `stride` floats (stride ≥ columns, a multiple of LANES). */
-static void attend(const float *query, const float *prefix_keys, const float *prefix_values, const float *keys,
-                   const float *values, int64_t prefix_len, int64_t columns, const float *mask, float scale,
+static void attend(const float *query, const kv_t *prefix_keys, const kv_t *prefix_values, const kv_t *keys,
+                   const kv_t *values, int64_t prefix_len, int64_t columns, const float *mask, float scale,
                    float *scores, int64_t stride, float *out) {
     vec q[GROUPS][CHUNKS];
     for (int g = 0; g < GROUPS; g++)
@@ -98,9 +115,9 @@ static void attend(const float *query, const float *prefix_keys, const float *pr
                 for (int g = 0; g < GROUPS; g++) partial[g][lane] = (vec){0};
                 continue;
             }
-            const float *key = fetch(prefix_keys, keys, prefix_len, j, columns);
+            const kv_t *key = fetch(prefix_keys, keys, prefix_len, j, columns);
             vec k[CHUNKS];
-            for (int c = 0; c < CHUNKS; c++) k[c] = load(key + c * LANES);
+            for (int c = 0; c < CHUNKS; c++) k[c] = load_kv(key + c * LANES);
             for (int g = 0; g < GROUPS; g++) {
                 vec sum = q[g][0] * k[0];
                 for (int c = 1; c < CHUNKS; c++) sum += q[g][c] * k[c];
@@ -129,9 +146,9 @@ static void attend(const float *query, const float *prefix_keys, const float *pr
         for (int c = 0; c < CHUNKS; c++) acc[g][c] = (vec){0};
     for (int64_t j = 0; j < columns; j++) {
         if (mask && mask[j] == -FLT_MAX) continue;
-        const float *value = fetch(prefix_values, values, prefix_len, j, columns);
+        const kv_t *value = fetch(prefix_values, values, prefix_len, j, columns);
         vec v[CHUNKS];
-        for (int c = 0; c < CHUNKS; c++) v[c] = load(value + c * LANES);
+        for (int c = 0; c < CHUNKS; c++) v[c] = load_kv(value + c * LANES);
         for (int g = 0; g < GROUPS; g++) {
             float weight = scores[g * stride + j];
             for (int c = 0; c < CHUNKS; c++) acc[g][c] += weight * v[c];
@@ -144,9 +161,9 @@ static void attend(const float *query, const float *prefix_keys, const float *pr
     }
 }
 
-int r1trade_decode_attention(const float *query, const float *prefix_keys, const float *prefix_values,
-                             int64_t prefix_head_stride, int64_t prefix_len, const float *keys,
-                             int64_t key_row_stride, int64_t key_head_stride, const float *values,
+int r1trade_decode_attention(const float *query, const kv_t *prefix_keys, const kv_t *prefix_values,
+                             int64_t prefix_head_stride, int64_t prefix_len, const kv_t *keys,
+                             int64_t key_row_stride, int64_t key_head_stride, const kv_t *values,
                              int64_t value_row_stride, int64_t value_head_stride, int64_t own_len,
                              const float *mask, float scale, float *out, int64_t rows, int64_t kv_heads,
                              int threads) {

@@ -14,6 +14,10 @@ already holds, and it runs on torch's thread count. A library built on another C
 name covers the CPU's model and flags), and a loaded kernel first computes a small step whose result torch checks.
 Without a compiler, when the build fails, or when that check does not pass, a warning says so once and attention
 keeps torch's products (same results to float32 rounding).
+
+A model run in bfloat16 caches its keys and values in bfloat16: for those the kernel is built a second time
+(`-DKV_BF16`), reading each number as the upper half of a float, so a step streams half the bytes; the query, the
+mask, every sum and the result stay float32 (the result is rounded to bfloat16 only when handed back).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ start-up code to a shared library that flushes denormals to zero for the whole p
 LINK_FLAGS = ("-shared", "-fopenmp")
 LANES = 16
 """The kernel works in vectors of 16 floats: a head's size must be a multiple."""
+CACHE_DTYPES = {torch.float32: (), torch.bfloat16: ("-DKV_BF16",)}
+"""The key/value dtypes a build reads, with the defines that select them."""
 _BUILD_SECONDS = 120
 
 log = logging.getLogger(__name__)
@@ -54,28 +60,34 @@ class KernelBuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class DecodeKernel:
-    """The compiled kernel for one shape: `groups` query heads per key/value head, `head_dim` numbers per head."""
+    """The compiled kernel for one shape: `groups` query heads per key/value head, `head_dim` numbers per head,
+    keys and values in `dtype`."""
 
     groups: int
     head_dim: int
     function: ctypes._CFuncPtr
+    dtype: torch.dtype = torch.float32
 
     def __call__(
         self,
-        query: torch.Tensor,  # (B, H_kv, G, D): one step's queries, the heads of a group together
-        keys: torch.Tensor,  # (B, H_kv, L, D): the rows' own columns, each (L, D) block with dense rows
+        query: torch.Tensor,  # (B, H_kv, G, D): one step's queries, the heads of a group together (float32 or `dtype`)
+        keys: torch.Tensor,  # (B, H_kv, L, D) in `dtype`: the rows' own columns, each (L, D) block with dense rows
         values: torch.Tensor,
         mask: torch.Tensor | None,  # (B, P + L) additive (0 or float32's lowest), contiguous; None = attend to all
         scale: float,
         prefix: tuple[torch.Tensor, torch.Tensor] | None = None,  # shared keys, values (1, H_kv, P, D)
     ) -> torch.Tensor:
-        """`softmax(q·Kᵀ·scale + mask)·V` over the prefix's columns and then each row's own: (B, H_kv, G, D)."""
+        """`softmax(q·Kᵀ·scale + mask)·V` over the prefix's columns and then each row's own: (B, H_kv, G, D), in the
+        query's dtype."""
         batch, kv_heads, own = keys.shape[0], keys.shape[1], keys.shape[2]
-        query = query.contiguous()
+        given_dtype = query.dtype
+        query = query.to(torch.float32).contiguous()
         if query.shape != (batch, kv_heads, self.groups, self.head_dim):
             raise ValueError(f"query {tuple(query.shape)} does not fit keys {tuple(keys.shape)}")
-        if not fits_kernel(query, keys, values, *(prefix or ())):
-            raise ValueError("the decoding kernel takes float32 CPU tensors with dense (columns, head_dim) blocks")
+        cache = (keys, values, *(prefix or ()))
+        if not fits_kernel(*cache) or any(t.dtype != self.dtype for t in cache) or given_dtype not in CACHE_DTYPES:
+            raise ValueError(f"this decoding kernel takes {_name(self.dtype)} CPU keys and values with dense "
+                             f"(columns, head_dim) blocks and a float32 or {_name(self.dtype)} query")
         prefix_keys, prefix_values = prefix if prefix is not None else (None, None)
         prefix_length = 0 if prefix_keys is None else prefix_keys.shape[2]
         if mask is not None and (mask.dtype != torch.float32 or not mask.is_contiguous()
@@ -104,44 +116,50 @@ class DecodeKernel:
         )
         if status:
             raise MemoryError("the decoding kernel could not allocate its scores")
-        return out
+        return out.to(given_dtype)
 
 
 def fits_kernel(*tensors: torch.Tensor) -> bool:
-    """True when the kernel can read these (…, L, D) tensors as they are: float32 on CPU with dense rows
-    (`has_dense_rows`), D a multiple of 16."""
-    return all(
-        t.dtype == torch.float32 and t.device.type == "cpu" and t.shape[-1] % LANES == 0 and has_dense_rows(t)
+    """True when a kernel can read these (…, L, D) tensors as they are: all float32 or all bfloat16, on CPU, with
+    dense rows (`has_dense_rows`), D a multiple of 16."""
+    return len({t.dtype for t in tensors}) <= 1 and all(
+        t.dtype in CACHE_DTYPES and t.device.type == "cpu" and t.shape[-1] % LANES == 0 and has_dense_rows(t)
         for t in tensors
     )
 
 
-def decode_kernel(groups: int, head_dim: int) -> DecodeKernel | None:
-    """The kernel for this shape, built or loaded on the first call; None where it cannot be (warned once)."""
-    key = (groups, head_dim)
+def decode_kernel(groups: int, head_dim: int, dtype: torch.dtype = torch.float32) -> DecodeKernel | None:
+    """The kernel for this shape and key/value dtype, built or loaded on the first call; None where it cannot be
+    (warned once)."""
+    key = (groups, head_dim, dtype)
     with _LOCK:
         if key not in _KERNELS:
             try:
-                _KERNELS[key] = _checked(_load(build(groups, head_dim), groups, head_dim))
+                _KERNELS[key] = _checked(_load(build(groups, head_dim, dtype=dtype), groups, head_dim, dtype))
             except KernelBuildError as error:
-                log.warning("decoding attention stays with torch: %s", error)
+                if str(error) not in _WARNED:  # e.g. no compiler: said once, not once per dtype
+                    _WARNED.add(str(error))
+                    log.warning("decoding attention stays with torch: %s", error)
                 _KERNELS[key] = None
         return _KERNELS[key]
 
 
-def build(groups: int, head_dim: int, directory: Path | None = None) -> Path:
-    """Compile the kernel for this shape into `directory` (default `<cache>/kernels`) unless a build with the same
-    source, compiler, flags and CPU is there already; return the library's path."""
+def build(groups: int, head_dim: int, directory: Path | None = None, dtype: torch.dtype = torch.float32) -> Path:
+    """Compile the kernel for this shape and key/value dtype into `directory` (default `<cache>/kernels`) unless a
+    build with the same source, compiler, flags and CPU is there already; return the library's path."""
     if groups < 1 or head_dim < LANES or head_dim % LANES:
         raise KernelBuildError(f"no kernel for {groups} query heads per key/value head of size {head_dim}")
+    if dtype not in CACHE_DTYPES:
+        raise KernelBuildError(f"no kernel for {_name(dtype)} keys and values")
     compiler = _compiler()
-    defines = (f"-DGROUPS={groups}", f"-DHEAD_DIM={head_dim}")
+    defines = (f"-DGROUPS={groups}", f"-DHEAD_DIM={head_dim}", *CACHE_DTYPES[dtype])
     identity = hashlib.sha256()
     for part in (SOURCE.read_bytes(), *_compiler_identity(compiler), *COMPILE_FLAGS, *LINK_FLAGS, *defines):
         identity.update(part if isinstance(part, bytes) else part.encode())
     identity.update(_cpu_identity())
     directory = directory or cache_home() / "kernels"
-    library = directory / f"decode_attention_g{groups}_d{head_dim}_{identity.hexdigest()[:16]}.so"
+    kind = "" if dtype == torch.float32 else f"_{_name(dtype)}"
+    library = directory / f"decode_attention_g{groups}_d{head_dim}{kind}_{identity.hexdigest()[:16]}.so"
     if library.is_file():
         return library
     directory.mkdir(parents=True, exist_ok=True)
@@ -153,7 +171,7 @@ def build(groups: int, head_dim: int, directory: Path | None = None) -> Path:
     return library
 
 
-def _load(library: Path, groups: int, head_dim: int) -> DecodeKernel:
+def _load(library: Path, groups: int, head_dim: int, dtype: torch.dtype = torch.float32) -> DecodeKernel:
     try:
         function = ctypes.CDLL(str(library)).r1trade_decode_attention
     except (OSError, AttributeError) as error:
@@ -165,7 +183,7 @@ def _load(library: Path, groups: int, head_dim: int) -> DecodeKernel:
         pointer, ctypes.c_float, pointer, size, size, ctypes.c_int,  # mask, scale, out, rows, kv heads, threads
     ]
     function.restype = ctypes.c_int
-    return DecodeKernel(groups, head_dim, function)
+    return DecodeKernel(groups, head_dim, function, dtype)
 
 
 def _checked(kernel: DecodeKernel) -> DecodeKernel:
@@ -173,8 +191,8 @@ def _checked(kernel: DecodeKernel) -> DecodeKernel:
     cpu = {"generator": torch.Generator().manual_seed(0), "device": "cpu"}  # the global generator is left alone
     rows, kv_heads, own, prefix_length, dim = 2, 2, 7, 5, kernel.head_dim
     query = torch.randn(rows, kv_heads, kernel.groups, dim, **cpu)
-    keys, values = (torch.randn(rows, kv_heads, own + 3, dim, **cpu)[:, :, :own] for _ in range(2))
-    prefix = tuple(torch.randn(1, kv_heads, prefix_length, dim, **cpu) for _ in range(2))
+    keys, values = (torch.randn(rows, kv_heads, own + 3, dim, **cpu).to(kernel.dtype)[:, :, :own] for _ in range(2))
+    prefix = tuple(torch.randn(1, kv_heads, prefix_length, dim, **cpu).to(kernel.dtype) for _ in range(2))
     mask = torch.zeros(rows, prefix_length + own, device="cpu")
     mask[0, prefix_length : prefix_length + 2] = mask[1, 1] = torch.finfo(torch.float32).min
     try:
@@ -232,5 +250,10 @@ def _address(tensor: torch.Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
 
 
-_KERNELS: dict[tuple[int, int], DecodeKernel | None] = {}
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+_KERNELS: dict[tuple[int, int, torch.dtype], DecodeKernel | None] = {}
+_WARNED: set[str] = set()
 _LOCK = threading.Lock()
