@@ -7,12 +7,14 @@ tokens/s and peak memory, LoRA vs full, each mode in a fresh process so its peak
 torch's default BLAS.
 
 `--compare-shared-prefix`: whole updates (rollout, scoring, optimisation) of `btc_momentum` with LoRA, 16
-two-decision episodes in groups of 4, four ways: the path before this benchmark's options (full prompt, every row
+two-decision episodes in groups of 4, five ways: the path before this benchmark's options (full prompt, every row
 run in full, old log-probs recomputed), the compact prompt alone, the compact prompt with the shared prefix run
 once per micro-batch and the old log-probs the rollout sampled with (no policy pass in scoring without a critic),
-and that with minibatches of whole groups, each one micro-batch (`grouped`: a group's rows also share their first
-observation). The modes alternate (ABC CBA ...) `--repeats` times each so that a drifting machine load hits them
-alike; the last line printed is `speedup: N.Nx`, the first mode's mean seconds per update over the last mode's.
+that with minibatches of whole groups, each one micro-batch (`grouped`: a group's rows also share their first
+observation), and `grouped` with the frozen weights in bfloat16 (`bf16`, what `model.dtype: auto` picks on a CPU
+with AMX or AVX-512 BF16; the other modes pin float32). The modes alternate (ABC CBA ...) `--repeats` times each
+so that a drifting machine load hits them alike; the last line printed is `speedup: N.Nx`, the first mode's mean
+seconds per update over the last mode's.
 `--profile-step MODE` runs one rollout of that mode and profiles one optimiser step on its first minibatch.
 """
 
@@ -76,14 +78,15 @@ def one_mode(lora: bool, rows: int, tokens: int, onednn: bool) -> dict:
     }
 
 
+_FLOAT32 = ["model.dtype=float32", "train.micro_batch_size=2"]  # btc_momentum as it was before `dtype: auto`
 SHARING_MODES = {  # the first is the path before the compact prompt, the shared prefix and rollout log-probs
-    "default": ["env.prompt=full", "train.share_prefix=false", "train.old_logprobs=recompute"],
-    "compact": ["env.prompt=compact", "train.share_prefix=false", "train.old_logprobs=recompute"],
-    "shared": ["env.prompt=compact", "train.share_prefix=true", "train.old_logprobs=rollout"],
-    "grouped": ["env.prompt=compact", "train.share_prefix=true", "train.old_logprobs=rollout",
+    "default": [*_FLOAT32, "env.prompt=full", "train.share_prefix=false", "train.old_logprobs=recompute"],
+    "compact": [*_FLOAT32, "env.prompt=compact", "train.share_prefix=false", "train.old_logprobs=recompute"],
+    "shared": [*_FLOAT32, "env.prompt=compact", "train.share_prefix=true", "train.old_logprobs=rollout"],
+    "grouped": ["model.dtype=float32", "env.prompt=compact", "train.share_prefix=true", "train.old_logprobs=rollout",
                 "train.minibatches=groups", "train.micro_batch_size=4"],
 }
-SHARING_MODES["bf16"] = [*SHARING_MODES["grouped"], "model.dtype=bfloat16"]  # frozen weights in bfloat16 (not exact)
+SHARING_MODES["bf16"] = [*SHARING_MODES["grouped"][1:], "model.dtype=bfloat16"]  # frozen weights in bfloat16 (not exact)
 SHARING_SETUP = ["rollout.num_envs=16", "train.group_size=4", "env.episode_decisions=2", "model.lora.enabled=true"]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from r1trade.agent import model as model_module
 from r1trade.agent.critic import backbone_hidden
 from r1trade.agent.model import (
     SMOLLM2_PACKAGE,
@@ -19,6 +20,7 @@ from r1trade.agent.model import (
     load_base_model,
     load_critic,
     load_policy,
+    model_dtype,
     reference_context,
     save_critic,
     save_policy,
@@ -171,6 +173,38 @@ def test_dtype_option() -> None:
         values = models.critic(ids, mask)
     assert logprobs.dtype == values.dtype == torch.float32
     assert torch.isfinite(logprobs).all() and torch.isfinite(values).all()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "lora", "native", "expected"),
+    [
+        ("auto", True, True, torch.bfloat16),  # frozen weights on AMX / AVX-512 BF16 or a bfloat16 GPU
+        ("auto", True, False, torch.float32),  # a CPU without bfloat16 units multiplies it slower than float32
+        ("auto", False, True, torch.float32),  # full fine-tuning keeps float32 weights
+        ("bfloat16", False, False, torch.bfloat16),  # a dtype given by name is used as given
+        ("float32", True, True, torch.float32),
+    ],
+)
+def test_auto_dtype_is_bfloat16_only_for_frozen_weights_on_bfloat16_hardware(
+    monkeypatch: pytest.MonkeyPatch, dtype: str, lora: bool, native: bool, expected: torch.dtype
+) -> None:
+    monkeypatch.setattr(model_module, "native_bfloat16", lambda: native)
+    config = tiny_config(dtype=dtype, lora={"enabled": lora})
+    assert model_dtype(config) == expected
+    models = load_agent_models(config, seed=0)
+    base = models.policy.get_base_model() if lora else models.policy
+    assert base.model.embed_tokens.weight.dtype == expected
+    trainable = [p for p in models.policy.parameters() if p.requires_grad]
+    assert trainable and all(p.dtype == (torch.float32 if lora else expected) for p in trainable)  # adapters: float32
+
+
+def test_native_bfloat16_reads_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from r1trade.runtime import CpuInfo
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for flags, native in [({"avx2", "avx512f"}, False), ({"avx512f", "avx512_bf16"}, True), ({"amx_bf16"}, True)]:
+        monkeypatch.setattr(model_module, "cpu_info", lambda flags=flags: CpuInfo("cpu", 2, "x86_64", frozenset(flags)))
+        assert model_module.native_bfloat16() is (native and model_module.onednn_supports(torch.bfloat16))
 
 
 # --------------------------------------------------------------------------- token log-probs

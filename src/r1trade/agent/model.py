@@ -48,11 +48,12 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from r1trade.agent.attention import use_decoding_attention
 from r1trade.agent.critic import Critic, backbone_hidden, causal_lm
-from r1trade.agent.onednn import use_onednn_linears
+from r1trade.agent.onednn import onednn_supports, use_onednn_linears
 from r1trade.agent.tokenizer import PAD_TOKEN, build_tiny_tokenizer
 from r1trade.cache import cache_home
 from r1trade.config import ModelConfig
 from r1trade.errors import ConfigError, UsageError
+from r1trade.runtime import cpu_info
 
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
@@ -124,9 +125,34 @@ def load_base_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrai
     return use_decoding_attention(model, kernel=model_config.attention_kernel), tokenizer
 
 
+def model_dtype(model_config: ModelConfig) -> torch.dtype:
+    """The dtype the base model's weights are loaded in: `model_config.dtype`, with `auto` resolved here.
+
+    `auto` is bfloat16 when LoRA trains adapters over frozen weights and this machine multiplies bfloat16 natively:
+    a CUDA GPU that supports it, or a CPU with AMX or AVX-512 BF16 whose bfloat16 products oneDNN runs (on an Intel
+    Xeon with AMX a whole update is ~1.4x faster than in float32, docs/benchmarks.md; a planted-edge run learned
+    the same policy, docs/results.md section 23). Otherwise float32: full fine-tuning keeps float32 weights, and a CPU
+    without those units multiplies bfloat16 more slowly than float32.
+    """
+    if model_config.dtype != "auto":
+        return _DTYPES[model_config.dtype]
+    if model_config.lora.enabled and native_bfloat16():
+        return torch.bfloat16
+    return torch.float32
+
+
+def native_bfloat16() -> bool:
+    """True when this machine multiplies bfloat16 in hardware: the CUDA GPU torch would use, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    return bool({"amx_bf16", "avx512_bf16"} & cpu_info().flags) and onednn_supports(torch.bfloat16)
+
+
 def _load_named_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     name = model_config.name_or_path
-    dtype = _DTYPES[model_config.dtype]
+    dtype = model_dtype(model_config)
+    if model_config.dtype == "auto":
+        log.info("model.dtype auto: %s weights", str(dtype).removeprefix("torch."))
     if name == TINY_RANDOM:
         tokenizer = build_tiny_tokenizer()
         return build_tiny_model(tokenizer, seed=model_config.tiny_seed, dtype=dtype), tokenizer
@@ -460,7 +486,7 @@ def load_policy(models: AgentModels, directory: Path) -> None:
                 f"{directory}: the adapter does not fit the policy ({len(missing)} tensors missing)"
             )
     else:
-        saved = AutoModelForCausalLM.from_pretrained(directory, dtype=_DTYPES[models.config.dtype])
+        saved = AutoModelForCausalLM.from_pretrained(directory, dtype=model_dtype(models.config))
         models.policy.load_state_dict(saved.state_dict())
 
 

@@ -223,7 +223,12 @@ def warmstart(config: Config, run_dir: Path, *, console: Console | None = None) 
     from r1trade.agent.model import load_base_model
 
     settings = config.warmstart
-    model, tokenizer = load_base_model(config.model)
+    # the adapter is merged into the weights saved below: with `auto` they stay float32, so the saved model is the
+    # same on every machine (bfloat16 only where asked for by name)
+    model_config = config.model
+    if model_config.dtype == "auto":
+        model_config = model_config.model_copy(update={"dtype": "float32"})
+    model, tokenizer = load_base_model(model_config)
     chat = ChatTokens(tokenizer)
     played = config
     if settings.episode_decisions is not None:
