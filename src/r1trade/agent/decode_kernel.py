@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from r1trade.agent.onednn import has_dense_rows
+from r1trade.agent.onednn import dtype_name, has_dense_rows
 from r1trade.cache import cache_home
 
 SOURCE = Path(__file__).with_name("decode_attention.c")
@@ -86,8 +86,8 @@ class DecodeKernel:
             raise ValueError(f"query {tuple(query.shape)} does not fit keys {tuple(keys.shape)}")
         cache = (keys, values, *(prefix or ()))
         if not fits_kernel(*cache) or any(t.dtype != self.dtype for t in cache) or given_dtype not in CACHE_DTYPES:
-            raise ValueError(f"this decoding kernel takes {_name(self.dtype)} CPU keys and values with dense "
-                             f"(columns, head_dim) blocks and a float32 or {_name(self.dtype)} query")
+            raise ValueError(f"this decoding kernel takes {dtype_name(self.dtype)} CPU keys and values with dense "
+                             f"(columns, head_dim) blocks and a float32 or {dtype_name(self.dtype)} query")
         prefix_keys, prefix_values = prefix if prefix is not None else (None, None)
         prefix_length = 0 if prefix_keys is None else prefix_keys.shape[2]
         if mask is not None and (mask.dtype != torch.float32 or not mask.is_contiguous()
@@ -150,7 +150,7 @@ def build(groups: int, head_dim: int, directory: Path | None = None, dtype: torc
     if groups < 1 or head_dim < LANES or head_dim % LANES:
         raise KernelBuildError(f"no kernel for {groups} query heads per key/value head of size {head_dim}")
     if dtype not in CACHE_DTYPES:
-        raise KernelBuildError(f"no kernel for {_name(dtype)} keys and values")
+        raise KernelBuildError(f"no kernel for {dtype_name(dtype)} keys and values")
     compiler = _compiler()
     defines = (f"-DGROUPS={groups}", f"-DHEAD_DIM={head_dim}", *CACHE_DTYPES[dtype])
     identity = hashlib.sha256()
@@ -158,7 +158,7 @@ def build(groups: int, head_dim: int, directory: Path | None = None, dtype: torc
         identity.update(part if isinstance(part, bytes) else part.encode())
     identity.update(_cpu_identity())
     directory = directory or cache_home() / "kernels"
-    kind = "" if dtype == torch.float32 else f"_{_name(dtype)}"
+    kind = "" if dtype == torch.float32 else f"_{dtype_name(dtype)}"
     library = directory / f"decode_attention_g{groups}_d{head_dim}{kind}_{identity.hexdigest()[:16]}.so"
     if library.is_file():
         return library
@@ -249,9 +249,6 @@ def _run(command: list[str]) -> None:
 def _address(tensor: torch.Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
 
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 _KERNELS: dict[tuple[int, int, torch.dtype], DecodeKernel | None] = {}

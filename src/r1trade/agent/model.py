@@ -48,7 +48,7 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from r1trade.agent.attention import use_decoding_attention
 from r1trade.agent.critic import Critic, backbone_hidden, causal_lm
-from r1trade.agent.onednn import onednn_supports, use_onednn_linears
+from r1trade.agent.onednn import dtype_name, onednn_supports, use_onednn_linears
 from r1trade.agent.tokenizer import PAD_TOKEN, build_tiny_tokenizer
 from r1trade.cache import cache_home
 from r1trade.config import ModelConfig
@@ -130,7 +130,7 @@ def model_dtype(model_config: ModelConfig) -> torch.dtype:
 
     `auto` is bfloat16 when LoRA trains adapters over frozen weights and this machine multiplies bfloat16 natively:
     a CUDA GPU that supports it, or a CPU with AMX or AVX-512 BF16 whose bfloat16 products oneDNN runs (on an Intel
-    Xeon with AMX a whole update is ~1.4x faster than in float32, docs/benchmarks.md; a planted-edge run learned
+    Xeon with AMX a whole update is ~1.6x faster than in float32, docs/benchmarks.md; a planted-edge run learned
     the same policy, docs/results.md section 23). Otherwise float32: full fine-tuning keeps float32 weights, and a CPU
     without those units multiplies bfloat16 more slowly than float32.
     """
@@ -152,7 +152,7 @@ def _load_named_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTr
     name = model_config.name_or_path
     dtype = model_dtype(model_config)
     if model_config.dtype == "auto":
-        log.info("model.dtype auto: %s weights", str(dtype).removeprefix("torch."))
+        log.info("model.dtype auto: %s weights", dtype_name(dtype))
     if name == TINY_RANDOM:
         tokenizer = build_tiny_tokenizer()
         return build_tiny_model(tokenizer, seed=model_config.tiny_seed, dtype=dtype), tokenizer

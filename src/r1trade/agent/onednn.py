@@ -101,11 +101,11 @@ def onednn_support(dtype: torch.dtype) -> Support:
             if not support.products:
                 log.warning(
                     "oneDNN %s products %s: linear layers and attention use torch's own%s",
-                    _name(dtype), support.reason, _bfloat16_hint(dtype),
+                    dtype_name(dtype), support.reason, _bfloat16_hint(dtype),
                 )
             elif not support.packing:
                 log.warning(
-                    "oneDNN %s packed weights %s: linear layers use plain weights", _name(dtype), support.reason
+                    "oneDNN %s packed weights %s: linear layers use plain weights", dtype_name(dtype), support.reason
                 )
         return _SUPPORT[dtype]
 
@@ -147,7 +147,8 @@ def _probe(dtype: torch.dtype) -> Support:
     return Support(True, True)
 
 
-def _name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """`bfloat16` for torch.bfloat16, as messages and file names spell it."""
     return str(dtype).removeprefix("torch.")
 
 
