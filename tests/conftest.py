@@ -44,3 +44,21 @@ def candles() -> pd.DataFrame:
 @pytest.fixture
 def sample_path() -> Path:
     return SAMPLE
+
+
+FAST_TRAIN = [
+    "--set", "env.episode_decisions=2", "--set", "rollout.max_new_tokens=12", "--set", "train.epochs=1",
+    "--set", "train.updates=1",
+]
+"""One short update of the smoke config: enough for a complete run folder and checkpoint."""
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> Path:
+    """A finished one-update run of the tiny model (full fine-tuning: the policy is a whole model); copy it
+    before changing it."""
+    from r1trade.cli import main
+
+    root = tmp_path_factory.mktemp("trained")
+    assert main(["train", "--config", "smoke", *FAST_TRAIN, "--set", f"output_dir={root}"]) == 0
+    return root / "smoke"

@@ -26,11 +26,12 @@ from r1trade.backtest.model_runs import (
     play_windows,
 )
 from r1trade.backtest.runner import load_context, run_baseline
-from r1trade.backtest.strategies import STRATEGIES
 from r1trade.cli import main
-from r1trade.config import load_config
+from r1trade.config import BacktestConfig, load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import DataError
+
+DEFAULT_STRATEGIES = BacktestConfig().strategies
 
 MALFORMED = "I think it goes up <tool_call>{not json</tool_call>"
 Script = Callable[[int, int], list[str]]
@@ -86,10 +87,11 @@ def tagged(k: int, d: int, turn: str) -> str:
 
 
 def round_trip_script(k: int, d: int) -> list[str]:
-    """Long, hold, flip short; window 0 closes, window 1 is forced to hold (its short stays open)."""
+    """Long, hold (window 1 looks at two candles first), flip short; window 0 closes, window 1 is forced to hold
+    (its short stays open)."""
     turns = {
         0: [MALFORMED, call("get_portfolio"), long(1.0)],
-        1: [hold()],
+        1: [hold()] if k == 0 else [call("get_candles", n=2), hold()],
         2: [short(0.5)],
         3: [close()] if k == 0 else [MALFORMED] * 3,
     }[d]
@@ -188,13 +190,15 @@ def test_scripted_windows_give_trades_with_reasoning_and_consistent_books() -> N
 
     assert run.extra == pytest.approx({
         "# Decisions": 8,
-        "Valid Tool Calls [%]": 100 * 9 / 14,  # 14 turns; 5 malformed
-        "Malformed Turns [%]": 100 * 5 / 14,
+        "Valid Tool Calls [%]": 100 * 10 / 15,  # 15 turns; 5 malformed
+        "Malformed Turns [%]": 100 * 5 / 15,
         "Action Mix: Long [%]": 25.0,
         "Action Mix: Short [%]": 25.0,
         "Action Mix: Close [%]": 12.5,
         "Action Mix: Hold [%]": 25.0,
         "Action Mix: Forced Hold [%]": 12.5,
+        "Info Calls [%]": 12.5,  # one of 8 decisions traded after an information call (get_portfolio is not one)
+        "Tool Calls: get_candles [%]": 12.5,
     })
 
 
@@ -245,7 +249,7 @@ def test_checkpoint_and_base_model_beside_the_baselines(capsys, checkpoint: Path
     assert code == 0, err
     document = json.loads((out / "metrics.json").read_text())
     agent = "agent (step-1)"
-    assert list(document["strategies"]) == [agent, "base model", "model tiny-random", *STRATEGIES]
+    assert list(document["strategies"]) == [agent, "base model", "model tiny-random", *DEFAULT_STRATEGIES]
     rows = document["strategies"][agent]
     assert rows["# Decisions"] == 8 and 0 <= rows["Valid Tool Calls [%]"] <= 100
     mix = [rows[f"Action Mix: {kind} [%]"] for kind in ("Long", "Short", "Close", "Hold", "Forced Hold")]
@@ -254,7 +258,7 @@ def test_checkpoint_and_base_model_beside_the_baselines(capsys, checkpoint: Path
     assert 0 <= rows["Direction Accuracy [%]"] <= 100
     assert 0 <= rows["Action Entropy [nats]"] <= np.log(4) + 1e-12
     assert document["decisions"]["count"] == 8  # every strategy is scored on the agent's 8 decisions
-    assert all(document["strategies"][name]["Action Entropy [nats]"] is None for name in STRATEGIES)
+    assert all(document["strategies"][name]["Action Entropy [nats]"] is None for name in DEFAULT_STRATEGIES)
     # every strategy is measured on the agent's bars: 8 decisions of 4 bars from the first warm bar
     assert document["period"]["bars"] == 8 * 4 + 1 and document["evaluated_bars"]["first"] == 60
     assert {table["Start"] for table in document["strategies"].values()} == {document["period"]["start"]}

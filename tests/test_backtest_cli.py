@@ -8,14 +8,14 @@ import pandas as pd
 import pytest
 from conftest import SAMPLE, make_synthetic_candles
 
-from r1trade.backtest.strategies import STRATEGIES
 from r1trade.cli import main
-from r1trade.config import load_config
+from r1trade.config import BacktestConfig, load_config
 from r1trade.data.source import load_config_candles
 from r1trade.data.splits import make_splits
 from r1trade.data.store import load_clean_candles, save_candles
 from r1trade.data.synthetic import decision_grid
 
+DEFAULT_STRATEGIES = BacktestConfig().strategies
 REPORT_FILES = (
     "metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "metrics.md", "config.yaml",
 )
@@ -99,13 +99,13 @@ def test_all_baselines_into_the_default_report_dir(capsys, tmp_path: Path, monke
     report = tmp_path / "reports" / "smoke-test"
     assert all((report / name).is_file() for name in REPORT_FILES)
     document = json.loads((report / "metrics.json").read_text())
-    assert list(document["strategies"]) == list(STRATEGIES)
+    assert list(document["strategies"]) == DEFAULT_STRATEGIES
     assert document["strategies"]["random"]["Seeds"] == load_config("smoke").backtest.random_seeds
     assert document["splits"]["test"]["rows"] == document["period"]["bars"]
     assert document["bars_per_year"] == 8760
     equity = pd.read_csv(report / "equity.csv", index_col=0)
-    assert list(equity.columns) == list(STRATEGIES)
-    assert set(pd.read_csv(report / "trades.csv")["strategy"]) == set(STRATEGIES)
+    assert list(equity.columns) == DEFAULT_STRATEGIES
+    assert set(pd.read_csv(report / "trades.csv")["strategy"]) == set(DEFAULT_STRATEGIES)
     assert "random: seeds 0–1" in out
 
 

@@ -214,7 +214,7 @@ def test_bad_values_are_reported_not_repaired(capsys, tmp_path: Path):
     text = "timestamp,open,high,low,close,volume\n" + rows(iso).replace("1.2,1.3", "n/a,1.3")
     source = write(tmp_path, text)
     code, out, _ = run(capsys, "import-csv", str(source), "--out", str(tmp_path / "bad.parquet"))
-    assert code == 0 and "rows reversed" not in out
+    assert code == 1 and "rows reversed" not in out  # written as read, but not usable: exit 1 after the report
     assert "non-monotonic timestamps" in out and "NaN values" in out and "refuse it" in out
     candles = load_candles(tmp_path / "bad.parquet")
     assert len(candles) == 3 and list(candles.index.strftime("%H")) == ["00", "02", "01"]

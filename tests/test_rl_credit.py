@@ -10,7 +10,8 @@ import torch
 
 from r1trade.agent.rollout import Segment, Trajectory, Turn
 from r1trade.config import load_config
-from r1trade.rl.advantages import decision_group_advantages, group_relative
+from r1trade.errors import ConfigError
+from r1trade.rl.advantages import decision_group_advantages, group_relative, turn_discounts
 from r1trade.rl.batch import RolloutBatch, TurnView, collate, compute_advantages
 
 
@@ -205,3 +206,59 @@ def test_group_algorithms_need_groups_and_the_decision_term_needs_a_group_algori
         load_config(None, ["train.algorithm=rloo"])
     with pytest.raises(ConfigError, match="decision_advantage_coef needs a group algorithm"):
         load_config(None, ["train.decision_advantage_coef=1"])
+
+
+# One trajectory of three turns: an information call (turn 0, reward 0.05 for looking), the trade of decision 0
+# (turn 1, reward 1.0) and the trade of decision 1 (turn 2, reward 2.0). One observation token before each turn.
+INFO_ROWS = [
+    {"trajectory": 0, "mask": [0, 1, 1, 0, 1, 1, 0, 1, 1], "turn": [-1, 0, 0, -1, 1, 1, -1, 2, 2],
+     "decision": [-1, 0, 0, -1, 0, 0, -1, 1, 1], "reward": [0, 0, 0.05, 0, 0, 1.0, 0, 0, 2.0]},
+    {"trajectory": 1, "mask": [0, 1, 1], "turn": [-1, 0, 0], "decision": [-1, 0, 0], "reward": [0, 0, 0.0]},
+]
+
+
+def test_turn_discounts_apply_turn_gamma_within_a_decision_and_gamma_between() -> None:
+    decisions = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 2, 0, 0]])
+    torch.testing.assert_close(
+        turn_discounts(decisions, 0.5, 1.0), torch.tensor([[1.0, 0.5, 1.0, 1.0, 0.5], [0.5, 0.5, 0.5, 1.0, 0.5]])
+    )
+    assert turn_discounts(decisions, 0.5, None) == 0.5
+
+
+def test_the_trade_reward_reaches_the_information_call_before_it() -> None:
+    # gamma 0 between decisions, turn_gamma 1 within one: returns 0.05 + 1.0 = 1.05 (the information call takes
+    # the trade's reward), 1.0 and 2.0 (no credit across decisions); the second trajectory's one turn 0.0.
+    config = load_config(None, [
+        "train.algorithm=reinforce_pp", "train.gamma=0", "train.turn_gamma=1", "train.kl_coef=0",
+    ]).train
+    out = compute_advantages(_batch(INFO_ROWS), config)
+    raw = torch.tensor([1.05, 1.0, 2.0, 0.0])
+    a0, a1, a2, b0 = ((raw - raw.mean()) / raw.std()).tolist()
+    torch.testing.assert_close(out.advantages[0], torch.tensor([0, a0, a0, 0, a1, a1, 0, a2, a2]))
+    torch.testing.assert_close(out.advantages[1, :3], torch.tensor([0, b0, b0]))
+    # Without turn_gamma (gamma 0 between every two turns) the information call keeps only its own 0.05.
+    plain = compute_advantages(_batch(INFO_ROWS), config.model_copy(update={"turn_gamma": None}))
+    raw = torch.tensor([0.05, 1.0, 2.0, 0.0])
+    a0 = ((raw - raw.mean()) / raw.std())[0].item()
+    assert plain.advantages[0, 1].item() == pytest.approx(a0)
+
+
+def test_turn_level_gae_with_a_discount_per_turn_by_hand() -> None:
+    # PPO, lambda 1, gamma 0.5 between decisions, turn_gamma 1 within one. V at the turns' first tokens:
+    # (0.4, 0.8, 1.5). delta_2 = 2.0 - 1.5 = 0.5; delta_1 = 1.0 + 0.5 * 1.5 - 0.8 = 0.95;
+    # delta_0 = 0.05 + 1.0 * 0.8 - 0.4 = 0.45. A_2 = 0.5, A_1 = 0.95 + 0.5 * 0.5 = 1.2, A_0 = 0.45 + 1.0 * 1.2
+    # = 1.65; returns A + V: 2.05, 2.0, 2.0. Trajectory 1: A = 0 - 0.3, return 0.
+    config = load_config(None, ["train.gamma=0.5", "train.turn_gamma=1", "train.lam=1", "train.kl_coef=0"]).train
+    values = [[9.0, 0.4, 9.0, 9.0, 0.8, 9.0, 9.0, 1.5, 9.0], [9.0, 0.3, 9.0]]
+    out = compute_advantages(_batch(INFO_ROWS, values), config)
+    torch.testing.assert_close(out.returns[0], torch.tensor([0, 2.05, 0, 0, 2.0, 0, 0, 2.0, 0]))
+    raw = torch.tensor([1.65, 1.2, 0.5, -0.3])
+    a0, a1, a2, b0 = ((raw - raw.mean()) / raw.std()).tolist()
+    torch.testing.assert_close(out.advantages[0], torch.tensor([0, a0, a0, 0, a1, a1, 0, a2, a2]))
+    torch.testing.assert_close(out.advantages[1, :3], torch.tensor([0, b0, b0]))
+
+
+def test_turn_gamma_needs_credit_per_turn_without_groups() -> None:
+    for overrides in (["train.credit=token"], ["train.algorithm=grpo", "train.group_size=2"]):
+        with pytest.raises(ConfigError, match="turn_gamma needs credit: turn"):
+            load_config(None, ["train.turn_gamma=1", *overrides])

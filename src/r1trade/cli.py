@@ -5,18 +5,24 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from r1trade import __version__
 from r1trade.config import Config, load_config
 from r1trade.errors import R1TradeError, TrainingInterrupted, UsageError
+from r1trade.outputs import write_file
 from r1trade.runtime import keep_freed_memory
+
+if TYPE_CHECKING:
+    from r1trade.backtest.assets import AssetsOutcome
+    from r1trade.backtest.runner import BacktestOutcome
 
 app = typer.Typer(
     name="r1trade",
@@ -27,6 +33,9 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+CLICK_ERRORS = (click.ClickException, *([typer.TyperException] if hasattr(typer, "TyperException") else []))
+"""Usage errors from click, and from the copy of click that newer typer releases carry."""
 
 BASE_MODEL = "base-model"
 """`--baseline` value that adds the untrained base model to a backtest."""
@@ -140,13 +149,15 @@ def data_info(
 
 
 def render_report(path: Path | str, attrs: dict, report) -> Table:  # report: ValidationReport
-    """A Rich table for a validation report."""
-    table = Table(title=f"{path}", show_header=False, title_justify="left")
+    """A Rich table for a validation report; what the file says is shown as plain text, never as markup."""
+    from rich.text import Text
+
+    table = Table(title=Text(str(path)), show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("symbol", str(attrs.get("symbol")))
-    table.add_row("source", str(attrs.get("source")))
-    table.add_row("timeframe", report.timeframe)
+    table.add_row("symbol", Text(str(attrs.get("symbol"))))
+    table.add_row("source", Text(str(attrs.get("source"))))
+    table.add_row("timeframe", Text(report.timeframe))
     table.add_row("rows", f"{report.rows:,}")
     span = f"{report.start:%Y-%m-%d %H:%M} → {report.end:%Y-%m-%d %H:%M} UTC" if report.rows else "empty"
     table.add_row("range", span)
@@ -191,16 +202,19 @@ def import_csv(
 
     if timeframe is not None:
         timeframe_to_timedelta(timeframe)  # a bad value is a usage error before any work
+    if out.resolve() == source.resolve():
+        raise UsageError(f"--out '{out}' is the CSV being read: write the candles to another file")
     imported = import_candle_csv(source, fmt=fmt, timeframe=timeframe, symbol=symbol)
     candles = imported.candles
-    save_candles(candles, out)
+    report = validate_candles(candles)  # before writing, so a file that cannot be described leaves nothing
+    save_candles(candles, out)  # a temporary file renamed into place: never half-written
     console.print(f"read {source} as {imported.description}", markup=False, highlight=False)
-    report = validate_candles(candles)
     console.print(render_report(out, candles.attrs, report))
     if not report.ok:
         console.print(
             "[red]the file was written as read; training and backtests refuse it until the source is fixed[/red]"
         )
+        raise typer.Exit(1)
 
 
 @app.command("fetch-data")
@@ -219,7 +233,7 @@ def fetch_data(
     from r1trade.data.fetch import default_output_path, fetch_to_file, make_exchange
 
     start = _timestamp(since, "--since")
-    stop = _timestamp(until, "--until") if until else None
+    stop = _timestamp(until, "--until") if until is not None else None
     client = make_exchange(exchange)
     path = default_output_path(out, exchange_id=exchange, symbol=symbol, timeframe=timeframe)
     with Progress(
@@ -248,10 +262,13 @@ def _signed(value: float | None) -> str:
 
 
 def _timestamp(text: str, flag: str) -> pd.Timestamp:
+    """`text` as a UTC time (naive as UTC); pandas reads blank text as "no time", never meant here."""
     try:
-        stamp = pd.Timestamp(text)
-    except ValueError:
-        raise UsageError(f"bad {flag} '{text}': use a date like 2024-01-01 or 2024-01-01T12:00") from None
+        stamp = pd.Timestamp(text).as_unit("ns")
+    except (ValueError, OverflowError):
+        stamp = pd.NaT
+    if pd.isna(stamp):
+        raise UsageError(f"bad {flag} '{text}': use a date like 2024-01-01 or 2024-01-01T12:00 (UTC)")
     return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
 
 
@@ -358,9 +375,12 @@ def action_stats_command(
         + ", ".join(f"{a} {p:.2f}" for a, p in stats.action_probabilities.items())
         + f"; expected direction accuracy there {stats.expected_direction_accuracy:.1%}"
     )
+    for label, use in (("greedy", stats.information), (f"sampled (T={resolved.rollout.temperature:g})",
+                                                      stats.sampled_information)):
+        tools = ", ".join(f"{name} {rate:.0%}" for name, rate in use["tool_rates"].items()) or "none"
+        console.print(f"{label}: information calls before {use['info_call_rate']:.0%} of trades ({tools})")
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
+        write_file(out, json.dumps(stats.to_dict(), indent=1) + "\n")
 
 
 @app.command()
@@ -368,11 +388,16 @@ def train(
     config: ConfigOption = "btc_momentum",
     set_: SetOption = None,
     resume: Annotated[Path | None, typer.Option(help="run directory to continue from its last checkpoint")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="start over in a run directory that holds an earlier run (deletes it)")
+    ] = False,
 ) -> None:
     """Train the agent with multi-turn RL (PPO, GRPO, Dr. GRPO, RLOO or REINFORCE++); writes runs/<name>/."""
     from r1trade.rl.run import train_run
 
     if resume is not None:
+        if force:
+            raise UsageError("--force starts a run over and --resume continues one: give one of them")
         if not (resume / "config.yaml").is_file():
             raise UsageError(f"cannot resume: '{resume}' is not a run directory (no config.yaml)")
         resolved = load_config(resume / "config.yaml", set_ or [])
@@ -380,12 +405,7 @@ def train(
     else:
         resolved = _config(config, set_)
         run_dir = Path(resolved.output_dir) / resolved.name
-        if (run_dir / "checkpoints").exists():
-            raise UsageError(
-                f"run directory '{run_dir}' already has checkpoints: pass --resume {run_dir} "
-                "or choose another name with --set name=..."
-            )
-    checkpoint = train_run(resolved, run_dir, resume=resume is not None, console=console)
+    checkpoint = train_run(resolved, run_dir, resume=resume is not None, force=force, console=console)
     console.print(f"final checkpoint: [bold]{checkpoint}[/bold]")
 
 
@@ -398,13 +418,15 @@ def plot_run(
     from r1trade.rl.plots import plot_learning_curves
 
     for path in plot_learning_curves(run_dir, out):
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", markup=False, highlight=False)
 
 
 @app.command("compare-runs")
 def compare_runs(
     run_dirs: Annotated[list[Path], typer.Argument(help="two or more run directories written by `r1trade train`")],
-    out: Annotated[Path, typer.Option(help="the PNG to write")] = Path("reports/compare-runs.png"),
+    out: Annotated[
+        Path, typer.Option(help="the PNG to write (.png is added to a name without a suffix)")
+    ] = Path("reports/compare-runs.png"),
     metric: Annotated[
         list[str] | None, typer.Option(help="a metrics.jsonl key to draw (repeatable; default: return, valid"
                                             " calls, PnL, entropy)")
@@ -413,7 +435,7 @@ def compare_runs(
     """Overlay several runs' learning curves (ablations, algorithm comparisons) in one PNG."""
     from r1trade.rl.plots import plot_comparison
 
-    console.print(f"wrote {plot_comparison(run_dirs, out, metric)}")
+    console.print(f"wrote {plot_comparison(run_dirs, out, metric)}", markup=False, highlight=False)
 
 
 @app.command("probe-run")
@@ -505,13 +527,40 @@ def backtest(
     split: Annotated[
         str | None, typer.Option(help="train, validation or test (default: backtest.split)")
     ] = None,
-    data: Annotated[Path | None, typer.Option(help="candle file (default: data.path)")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="one candle file in place of data.path or data.paths (e.g. an asset never "
+                                       "trained on), validated as theirs are")
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="report directory (default: reports/<name>-<split>)")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="replace a previous report in --out (never a run or other files)")
+    ] = False,
+    walk_forward: Annotated[
+        int | None,
+        typer.Option(
+            "--walk-forward", metavar="K",
+            help="also backtest K consecutive folds (data.split.embargo_bars apart); report each and pooled",
+        ),
+    ] = None,
+    walk_forward_span: Annotated[
+        str,
+        typer.Option(
+            "--walk-forward-span",
+            help="split: cut the folds from the evaluated split; all: from every bar after the train split",
+        ),
+    ] = "split",
+    trials: Annotated[
+        int | None,
+        typer.Option(
+            help="variants compared on this data, for the deflated Sharpe ratio (default: number of models)"
+        ),
+    ] = None,
 ) -> None:
-    """Backtest baselines (and a checkpoint) on held-out data: metrics, trades, equity, a chart, HTML."""
-    from r1trade.backtest.report import comparison_tables
+    """Backtest baselines (and a checkpoint) on held-out data: metrics with 95 % intervals, trades, HTML.
+
+    A config with several candle files (data.paths) is backtested on each, then pooled."""
     from r1trade.backtest.runner import run_backtest
 
     unknown = [name for name in baseline or [] if name != BASE_MODEL]
@@ -525,22 +574,47 @@ def backtest(
     flags = {
         "data.source": None if data is None else "file",
         "data.path": None if data is None else str(data),
+        "data.paths": None if data is None else [],
         "backtest.split": split,
     }
     # quoted as JSON strings (valid YAML), so a path such as `null` or `1e3` stays a string
     overrides = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
     resolved = _config(config, [*(set_ or []), *overrides])
-    outcome = run_backtest(
-        resolved, strategy=strategy, checkpoint=checkpoint, base_model=bool(baseline), models=model or (),
-        out_dir=out,
-    )
+    options = {
+        "strategy": strategy, "checkpoint": checkpoint, "base_model": bool(baseline), "models": model or (),
+        "out_dir": out, "force": force, "walk_forward": walk_forward, "span": walk_forward_span,
+        "trials": trials,
+    }
+    if len(resolved.data.paths) > 1:
+        from r1trade.backtest.assets import run_asset_backtests
+
+        assets = run_asset_backtests(resolved, **options)
+        for report in assets.assets:
+            _show_backtest(report.outcome, resolved, label=report.label)
+        _show_pooled_assets(assets, resolved)
+        return
+    _show_backtest(run_backtest(resolved, **options), resolved)
+
+
+def _show_backtest(outcome: BacktestOutcome, resolved: Config, *, label: str = "") -> None:
+    """A backtest's tables, verdicts and notes, and where its report went; `label`: its asset's."""
+    from r1trade.backtest.report import comparison_tables, fold_tables, uncertainty_note, verdict_lines
+
     index, env = outcome.context.candles.index, resolved.env
+    pooled = f" · pooled over {len(outcome.folds)} walk-forward folds" if outcome.folds else ""
     title = (
-        f"{resolved.name} · {outcome.context.split} split · {index[0]:%Y-%m-%d} → {index[-1]:%Y-%m-%d} · "
-        f"fee {env.fee_bps:g} bps, slippage {env.slippage_bps:g} bps"
+        f"{resolved.name}{f' · {label}' if label else ''} · {outcome.context.split} split · "
+        f"{index[0]:%Y-%m-%d} → {index[-1]:%Y-%m-%d} · fee {env.fee_bps:g} bps, slippage "
+        f"{env.slippage_bps:g} bps{pooled}"
     )
     for table in comparison_tables(outcome.runs, title=title, width=console.width):
         console.print(table)
+    for table in fold_tables(outcome.folds, width=console.width):
+        console.print(table)
+    for line in verdict_lines(outcome.runs):
+        console.print(line, markup=False, highlight=False, style="bold")
+    if any(run.ci95 for run in outcome.runs):
+        console.print(uncertainty_note(outcome.runs, outcome.context), markup=False, highlight=False)
     if outcome.context.too_short_to_annualise:
         console.print(outcome.context.annualisation_note, markup=False, highlight=False)
     for run in outcome.runs:
@@ -548,6 +622,119 @@ def backtest(
             console.print(f"{run.name}: {run.note}", markup=False, highlight=False)
     files = ", ".join(path.name for path in outcome.files)
     console.print(f"wrote {outcome.out_dir}/: {files}", markup=False, highlight=False)
+
+
+def _show_pooled_assets(assets: AssetsOutcome, resolved: Config) -> None:
+    """The runs pooled over a backtest's assets, their verdicts and how they are pooled."""
+    from r1trade.backtest.assets import POOLED_ASSETS_NOTE
+    from r1trade.backtest.report import comparison_tables, uncertainty_note, verdict_lines
+
+    if assets.pooled is None:
+        console.print("Not pooled: the assets' bar lengths differ (see each asset's report).", markup=False)
+    else:
+        env = resolved.env
+        title = (
+            f"{resolved.name} · pooled over {len(assets.assets)} assets · fee {env.fee_bps:g} bps, slippage "
+            f"{env.slippage_bps:g} bps"
+        )
+        for table in comparison_tables(assets.pooled, title=title, width=console.width):
+            console.print(table)
+        for line in verdict_lines(assets.pooled):
+            console.print(line, markup=False, highlight=False, style="bold")
+        if any(run.ci95 for run in assets.pooled):
+            note = uncertainty_note(assets.pooled, assets.pooled_context)
+            console.print(note, markup=False, highlight=False)
+        console.print(POOLED_ASSETS_NOTE, markup=False, highlight=False)
+    files = ", ".join(path.name for path in assets.files)
+    console.print(f"wrote {assets.out_dir}/: {files}", markup=False, highlight=False)
+
+
+# --------------------------------------------------------------------------- paper trading
+
+
+@app.command()
+def paper(
+    checkpoint: Annotated[
+        Path, typer.Option(help="checkpoint directory of a trained agent (runs/<name>/checkpoints/step-N)")
+    ],
+    journal: Annotated[Path, typer.Option(help="the run's SQLite journal: created, or resumed")],
+    exchange: Annotated[
+        str | None, typer.Option(help="ccxt exchange id to poll for closed candles, e.g. binance")
+    ] = None,
+    symbol: Annotated[str | None, typer.Option(help="market symbol, e.g. BTC/USDT")] = None,
+    timeframe: Annotated[str | None, typer.Option(help="bar length, e.g. 1h")] = None,
+    replay: Annotated[
+        Path | None, typer.Option(help="a candle file played as live candles instead of an exchange")
+    ] = None,
+    speed: Annotated[
+        float | None, typer.Option(help="with --replay: play at this many times real time (default: at once)")
+    ] = None,
+    max_decisions: Annotated[
+        int | None, typer.Option(min=1, help="stop once the journal holds this many settled decisions")
+    ] = None,
+    decision_every: Annotated[
+        int | None, typer.Option(min=1, help="bars between decisions: the checkpoint's env.decision_every")
+    ] = None,
+    on_gap: Annotated[
+        str, typer.Option(help="missing candles before a decision: tell (the agent is told) or skip it")
+    ] = "tell",
+    poll_seconds: Annotated[
+        float, typer.Option(help="with --exchange: seconds between polls while a candle is late")
+    ] = 10.0,
+) -> None:
+    """Paper (dry-run) trading: the agent trades newly closed candles with simulated fills, into a journal.
+
+    No real order is ever sent: no API key is read and no order endpoint is called. The env fills orders as in
+    a backtest (next open, fees, slippage); a restart with the same journal resumes where the run stopped."""
+    from r1trade.paper.feed import open_feed
+    from r1trade.paper.runner import paper_trade
+    from r1trade.paper.view import LiveView
+
+    def feed_factory(on_retry):  # on_retry: Callable[[str], None]
+        return open_feed(exchange=exchange, symbol=symbol, timeframe=timeframe, replay=replay, speed=speed,
+                         poll_seconds=poll_seconds, on_retry=on_retry)
+
+    with LiveView(console) as view:
+        outcome = paper_trade(checkpoint, journal, feed_factory=feed_factory, max_decisions=max_decisions,
+                              decision_every=decision_every, on_gap=on_gap, view=view)
+    events = outcome.events
+    table = Table(title=f"paper run · {journal}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("stopped", outcome.reason)
+    table.add_row("decisions", f"{outcome.decisions} settled, {outcome.skipped} skipped")
+    table.add_row("equity", f"{outcome.equity:,.2f} ({outcome.return_pct:+.2f} %)")
+    table.add_row(
+        "candles",
+        f"{events.get('gap', 0)} gaps, {events.get('late', 0)} late, {events.get('revised', 0)} revised; "
+        f"{events.get('retry', 0)} network retries",
+    )
+    console.print(table)
+    report = f"no real order was sent. Report: r1trade paper-report {journal} --out DIR"
+    console.print(report, markup=False, highlight=False)
+
+
+@app.command("paper-report")
+def paper_report_command(
+    journal: Annotated[Path, typer.Argument(help="a journal written by `r1trade paper`")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="report directory")],
+    force: Annotated[
+        bool, typer.Option("--force", help="replace a previous report in --out (never a run or other files)")
+    ] = False,
+) -> None:
+    """A paper run's report from its journal, as a backtest's (metrics, trades, equity chart, HTML), beside
+    buy-and-hold over the same candles."""
+    from r1trade.backtest.report import comparison_tables
+    from r1trade.paper.report import paper_report
+
+    report = paper_report(journal, out, force=force)
+    index = report.context.candles.index
+    title = f"paper · {journal} · {index[0]:%Y-%m-%d %H:%M} → {index[-1]:%Y-%m-%d %H:%M}"
+    for table in comparison_tables(report.runs, title=title, width=console.width):
+        console.print(table)
+    console.print(f"{report.runs[0].name}: {report.runs[0].note}", markup=False, highlight=False)
+    files = ", ".join(path.name for path in report.files)
+    console.print(f"wrote {out}/: {files}", markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -562,21 +749,21 @@ def main(argv: list[str] | None = None) -> int:
     except R1TradeError as exc:
         if "--debug" in args:
             raise
-        err_console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code
-    except click.ClickException as exc:
+    except CLICK_ERRORS as exc:  # a mistyped command or option: the usage line, the "did you mean" hint
         exc.show()
         return exc.exit_code
     except TrainingInterrupted as exc:
-        err_console.print(f"interrupted: {exc}")
+        err_console.print(f"interrupted: {escape(str(exc))}")
         return 130
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (click.exceptions.Abort, typer.Abort, KeyboardInterrupt):
         err_console.print("interrupted")
         return 130
     except OSError as exc:
         if "--debug" in args:
             raise
-        err_console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1
     return result if isinstance(result, int) else 0
 

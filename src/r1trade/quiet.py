@@ -23,6 +23,7 @@ HARMLESS_WARNINGS: tuple[tuple[type[Warning], str], ...] = (
     (FutureWarning, r"`past_key_values` is deprecated"),  # transformers 5.2x: renamed `cache`
     (FutureWarning, r"`cache_params` is deprecated"),
     (Warning, r"`is_gradient_checkpointing` is deprecated"),  # read by peft, deprecated by transformers 5
+    (UserWarning, r"You are using 'environment_factory'"),  # TRL 1.16 calls it experimental (train.engine trl)
 )
 """Python warnings (category, start of the message) that say nothing a user of r1trade can act on."""
 

@@ -10,6 +10,8 @@ greedily through the real environment and measures both:
   turn's first token. Where it follows `Action:`, the probabilities of the four action words (each word's whole
   token sequence) give the entropy of the action choice itself (ln 4 = 1.39 nats when all four are equally
   likely, 0 when one is certain);
+- how it uses its information tools (`r1trade.env.information`): the share of trades after an information call,
+  each tool's share, and direction accuracy with and without `get_changes`, greedy and sampled;
 - direction accuracy (as the backtest counts it: the position points the way the market then moved; flat is
   wrong), greedy and sampled, and its expectation under the policy at the decision token: P(long) where the market
   rose, P(short) where it fell, over the four actions. The expectation moves smoothly while a policy learns, where
@@ -26,6 +28,7 @@ import torch
 from r1trade.agent.rollout import RolloutEngine, Trajectory, Turn, sampling_from_config
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS
 from r1trade.config import Config
+from r1trade.env.information import information_use
 
 OTHER = ("info", "malformed")
 
@@ -45,6 +48,8 @@ class ActionStats:
     direction_accuracy: float  # greedy decisions whose position pointed the way the market moved
     sampled_direction_accuracy: float
     expected_direction_accuracy: float  # after `Action:`: mean P(the right direction) over the four actions
+    information: dict = field(default_factory=dict)  # greedy: `r1trade.env.information.information_use`
+    sampled_information: dict = field(default_factory=dict)
     per_decision: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -116,6 +121,8 @@ def action_stats(
         direction_accuracy=_direction_accuracy(runs[True]),
         sampled_direction_accuracy=_direction_accuracy(runs[False]),
         expected_direction_accuracy=_mean(expected),
+        information=information_use([turn.info for t in runs[True] for turn in t.turns]),
+        sampled_information=information_use([turn.info for t in runs[False] for turn in t.turns]),
         per_decision=per_decision,
     )
 

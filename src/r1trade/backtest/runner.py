@@ -14,29 +14,40 @@ every baseline is then measured on exactly the same bars, its signals still comp
 that indicators have their history. `Direction Accuracy [%]` scores every strategy on the same decision bars
 (`ReportContext.decision_bars`: the models' decisions, or every `env.decision_every` bars of the evaluated
 bars when no model runs), a baseline by the position it holds after each decision bar's fill.
+
+Every run then gets its 95 % intervals, a model its verdict against buy-and-hold and, when several variants
+were compared, deflated Sharpe ratios (`r1trade.backtest.uncertainty`); a walk-forward (`--walk-forward K`)
+does all of this on each fold and on the folds pooled (`r1trade.backtest.walk_forward`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from r1trade.backtest.bootstrap import DecisionSample
 from r1trade.backtest.engine import BacktestResult, run_vectorized
-from r1trade.backtest.metrics import SECONDS_PER_YEAR
+from r1trade.backtest.metrics import SECONDS_PER_YEAR, decision_hits, held_moves
 from r1trade.backtest.model_runs import WindowPlan, context_plan, run_model
-from r1trade.backtest.report import ReportContext, StrategyRun, write_report
+from r1trade.backtest.report import FoldReport, ReportContext, StrategyRun, write_report
 from r1trade.backtest.strategies import ALL_STRATEGIES, PLANTED_EDGE_STRATEGIES, make_targets
-from r1trade.config import Config, ModelConfig, load_config
+from r1trade.backtest.uncertainty import run_sample, with_uncertainty
+from r1trade.backtest.walk_forward import SPANS, after_train, fold_contexts, pooled_run
+from r1trade.config import Config, load_config
 from r1trade.data.source import load_config_candles
 from r1trade.data.splits import make_splits
 from r1trade.data.store import timeframe_to_timedelta
 from r1trade.errors import ConfigError, DataError, UsageError
+from r1trade.outputs import check_report_folder
+
+if TYPE_CHECKING:
+    from r1trade.agent.model import AgentModels
 
 SEEDED_STRATEGIES = frozenset({"random"})
 """Baselines whose targets depend on a seed; they are averaged over `backtest.random_seeds` seeds."""
@@ -44,12 +55,14 @@ SEEDED_STRATEGIES = frozenset({"random"})
 
 @dataclass(frozen=True)
 class BacktestOutcome:
-    """What a backtest produced: the runs (models first, then baselines), what they ran on, where it went."""
+    """What a backtest produced: the runs (models first, then baselines), what they ran on, where it went;
+    for a walk-forward, the runs are pooled and `folds` holds each fold's."""
 
     runs: list[StrategyRun]
     context: ReportContext
     out_dir: Path
     files: list[Path]
+    folds: list[FoldReport] = field(default_factory=list)
 
 
 def run_backtest(
@@ -60,49 +73,183 @@ def run_backtest(
     base_model: bool = False,
     models: Sequence[str] = (),
     out_dir: Path | None = None,
+    force: bool = False,
+    walk_forward: int | None = None,
+    span: str = "split",
+    trials: int | None = None,
 ) -> BacktestOutcome:
     """Run `strategy` alone, or every baseline in `backtest.strategies`, beside the agent of `checkpoint`,
     (`base_model`) the model before RL: the checkpoint's base model, else `config.model`, and any other `models`
     (names or directories, e.g. the untrained model a warm start began from), all played the agent's way.
 
     The split is `backtest.split` of the config's candles (`data.source`); the report goes to `out_dir`, by
-    default `<backtest.report_dir>/<name>-<split>` (plus `-<strategy>` when a single baseline runs). A
-    planted-edge baseline (the oracle) run alone comes with buy-and-hold, the reference it is read against.
+    default `<backtest.report_dir>/<name>-<split>` (plus `-<strategy>` when a single baseline runs, and
+    `-wf<K>` for a walk-forward). A planted-edge baseline (the oracle) run alone, and a model, come with
+    buy-and-hold, the reference they are read against. A folder holding a previous report is replaced only
+    with `force`; a run, checkpoint or foreign folder never.
+
+    `walk_forward` K: backtest K folds (`r1trade.backtest.walk_forward`) of the split, or with `span` "all" of
+    every bar after the train split; the report holds the pooled runs and each fold's. `trials`: the variants
+    compared on this data, for the deflated Sharpe ratio (default: the number of models).
     """
+    if span not in SPANS:
+        raise UsageError(f"--walk-forward-span {span!r}: use one of {', '.join(SPANS)}")
+    if span != "split" and walk_forward is None:
+        raise UsageError("--walk-forward-span needs --walk-forward K")
+    if trials is not None and trials < 1:
+        raise UsageError(f"--trials {trials}: give the number of variants tried, 1 or more")
+    out_dir = out_dir or default_report_dir(config, strategy, walk_forward=walk_forward, span=span)
+    check_report_folder(out_dir, force=force)
     names = [strategy] if strategy else list(dict.fromkeys(config.backtest.strategies))
-    if strategy in PLANTED_EDGE_STRATEGIES:
+    players = model_players(config, checkpoint, base_model=base_model, models=models)
+    if (strategy in PLANTED_EDGE_STRATEGIES or players) and "buy_and_hold" not in names:
         names.append("buy_and_hold")
     check_strategy_names(names, params=config.backtest.params, planted_edge=config.data.source == "synthetic")
-    if not names and checkpoint is None and not base_model and not models:
+    if not names:
         raise ConfigError(
             "nothing to backtest: backtest.strategies is empty and neither --checkpoint nor --baseline "
             "base-model was given"
         )
-    context = load_context(config)
-    runs: list[StrategyRun] = []
-    if checkpoint is not None or base_model or models:
-        plan = context_plan(context)
-        context = replace(context, first_bar=plan.first_bar, last_bar=plan.last_bar)
-        if checkpoint is not None:
-            runs.append(run_agent(checkpoint, context))
-        model = load_config(checkpoint / "config.yaml").model if checkpoint is not None else config.model
-        if base_model:
-            before_rl = "RL started from" if checkpoint is not None else "untrained"
-            runs.append(run_base_model(model, context, beside=runs[0].name if runs else None, what=before_rl))
-        for name in models:
-            other = model.model_copy(update={"name_or_path": name})
-            runs.append(run_base_model(other, context, beside=runs[0].name if runs else None,
-                                       label=f"model {name}", what="no RL"))
-    runs += [run_baseline(name, context) for name in names]
-    out_dir = out_dir or default_report_dir(config, strategy)
-    files = write_report(runs, context, out_dir)
-    return BacktestOutcome(runs=runs, context=context, out_dir=out_dir, files=files)
+    if players and span != "split":
+        raise UsageError(
+            "--walk-forward-span all evaluates rule baselines only: models play the evaluation split "
+            "(drop the span, or --checkpoint, --baseline and --model)"
+        )
+    context = load_context(config, span=span)
+    contexts = [context] if walk_forward is None else fold_contexts(context, walk_forward)
+    evaluations = [_evaluated(fold, number, players) for number, fold in enumerate(contexts, start=1)]
+    fold_runs: list[list[StrategyRun]] = [[] for _ in evaluations]
+    for player in players:  # each model is loaded once and plays every fold
+        loaded, opening = player.load()
+        for runs, (fold, plan) in zip(fold_runs, evaluations, strict=True):
+            runs.append(player.play(loaded, opening, fold, plan))
+        del loaded  # freed before the next model loads
+    trials = len(players) if trials is None else trials
+    model_names = {player.name for player in players}
+    folds = []
+    for number, (runs, (fold, _)) in enumerate(zip(fold_runs, evaluations, strict=True), start=1):
+        runs += [run_baseline(name, fold) for name in names]
+        samples = {run.name: sample for run in runs if (sample := run_sample(run, fold)) is not None}
+        runs = with_uncertainty(runs, samples, fold, models=model_names, trials=trials)
+        folds.append(FoldReport(number, fold, runs))
+    if walk_forward is None:
+        context, runs = folds[0].context, folds[0].runs
+        files = write_report(runs, context, out_dir)
+        return BacktestOutcome(runs=runs, context=context, out_dir=out_dir, files=files)
+    runs, context = _pooled(folds, model_names=model_names, trials=trials)
+    files = write_report(runs, context, out_dir, folds)
+    return BacktestOutcome(runs=runs, context=context, out_dir=out_dir, files=files, folds=folds)
 
 
-def default_report_dir(config: Config, strategy: str | None = None) -> Path:
-    """`<report_dir>/<name>-<split>`, plus `-<strategy>` for a single baseline (so it keeps a comparison)."""
-    parts = [config.name, config.backtest.split, *([strategy] if strategy else [])]
+def default_report_dir(
+    config: Config, strategy: str | None = None, *, walk_forward: int | None = None, span: str = "split"
+) -> Path:
+    """`<report_dir>/<name>-<split>`, plus `-<strategy>` for a single baseline (so it keeps a comparison), and
+    `-wf<K>` for a walk-forward over K folds (its split named "all" for the span after the train split)."""
+    split = config.backtest.split if span == "split" else span
+    parts = [config.name, split, *([strategy] if strategy else [])]
+    parts += [f"wf{walk_forward}"] if walk_forward else []
     return Path(config.backtest.report_dir) / "-".join(parts)
+
+
+@dataclass(frozen=True)
+class ModelPlayer:
+    """A language model played the agent's way: its name in the report, how to load it (its models and the
+    opening of its note: what it is), and the run whose note describes the protocol, if not its own."""
+
+    name: str
+    load: Callable[[], tuple[AgentModels, str]]
+    beside: str | None = None
+
+    def play(
+        self, models: AgentModels, opening: str, context: ReportContext, plan: WindowPlan
+    ) -> StrategyRun:
+        """The run on `context` (already the plan's bars); `plan`, made on the bars before, is described."""
+        protocol = protocol_note(plan, context) if self.beside is None else (
+            f"same protocol and windows as {self.beside}"
+        )
+        return run_model(self.name, models, context, note=f"{opening}; {protocol}")
+
+
+def model_players(
+    config: Config, checkpoint: Path | None, *, base_model: bool = False, models: Sequence[str] = ()
+) -> list[ModelPlayer]:
+    """The trained agent of `checkpoint` "agent (step-N)", (`base_model`) the model before RL as "base model"
+    (the checkpoint's base model, else `config.model`) and each of `models` as "model NAME", in that order.
+
+    The agent's policy comes from the checkpoint (`load_trained_agent`: a missing or incomplete checkpoint, or
+    one whose config does not match its weights, is a one-line UsageError); everything the env does (costs,
+    cadence, tools, decoding length) comes from `config`. A model run's trades carry the `reasoning` text of
+    the turn that opened them; its extra rows hold the valid-tool-call rate and the action mix.
+    """
+    from r1trade.agent.model import load_agent_models
+    from r1trade.rl.checkpoint import load_trained_agent
+
+    if checkpoint is not None and not checkpoint.is_dir():
+        raise UsageError(
+            f"checkpoint not found: '{checkpoint}' (agent backtests need a trained checkpoint from "
+            "`r1trade train`, e.g. runs/<name>/checkpoints/step-N)"
+        )
+
+    def agent() -> tuple[AgentModels, str]:
+        assert checkpoint is not None
+        trained, loaded = load_trained_agent(checkpoint)
+        return loaded, f"checkpoint {checkpoint} ({trained.model.name_or_path})"
+
+    def untrained(name: str | None, what: str) -> Callable[[], tuple[AgentModels, str]]:
+        def load() -> tuple[AgentModels, str]:
+            model = load_config(checkpoint / "config.yaml").model if checkpoint is not None else config.model
+            model = model if name is None else model.model_copy(update={"name_or_path": name})
+            return load_agent_models(model, seed=config.seed), f"{what}: {model.name_or_path}"
+        return load
+
+    players = [ModelPlayer(f"agent ({checkpoint.name})", agent)] if checkpoint is not None else []
+    beside = players[0].name if players else None
+    if base_model:
+        what = "RL started from" if checkpoint is not None else "untrained"
+        players.append(ModelPlayer("base model", untrained(None, what), beside))
+        beside = beside or players[0].name
+    for name in models:
+        players.append(ModelPlayer(f"model {name}", untrained(name, "no RL"), beside))
+        beside = beside or players[0].name
+    return players
+
+
+def _evaluated(
+    context: ReportContext, number: int, players: Sequence[ModelPlayer]
+) -> tuple[ReportContext, WindowPlan | None]:
+    """The bars every strategy of a backtest (or fold `number`) is measured on: with models, those of their
+    plan (which is returned, for their notes), else the context's."""
+    if not players:
+        return context, None
+    try:
+        plan = context_plan(context)
+    except DataError as exc:
+        if context.first_bar == 0 and context.last_bar is None:
+            raise
+        raise UsageError(
+            f"walk-forward fold {number} ({len(context.candles)} bars) is too short for the models' "
+            f"{context.config.env.warmup_bars} warm-up bars and a decision every "
+            f"{context.config.env.decision_every} bars: use fewer folds"
+        ) from exc
+    return replace(context, first_bar=plan.first_bar, last_bar=plan.last_bar), plan
+
+
+def _pooled(
+    folds: Sequence[FoldReport], *, model_names: set[str], trials: int
+) -> tuple[list[StrategyRun], ReportContext]:
+    """Each strategy's folds chained into one run, with intervals over all folds' decisions, and the context
+    spanning the folds."""
+    contexts = [fold.context for fold in folds]
+    names = [run.name for run in folds[0].runs]
+    runs = [pooled_run([fold.runs[i] for fold in folds], contexts) for i in range(len(names))]
+    samples = {}
+    for i, name in enumerate(names):
+        parts = [run_sample(fold.runs[i], fold.context) for fold in folds]
+        if all(part is not None for part in parts):
+            samples[name] = DecisionSample.concat(parts)
+    context = replace(contexts[0], last_bar=contexts[-1].first_bar + len(contexts[-1].candles) - 1)
+    return with_uncertainty(runs, samples, context, models=model_names, trials=trials), context
 
 
 def check_strategy_names(names: list[str], *, params: dict[str, dict[str, Any]], planted_edge: bool) -> None:
@@ -122,16 +269,20 @@ def check_strategy_names(names: list[str], *, params: dict[str, dict[str, Any]],
             raise ConfigError(f"backtest.params has unknown strategy '{name}': use one of {valid}")
 
 
-def load_context(config: Config) -> ReportContext:
+def load_context(config: Config, *, span: str = "split") -> ReportContext:
     """Validated candles of `data` (file or generated), split by `data.split`; the bar length gives the
-    annualisation."""
+    annualisation. Span "all" evaluates every bar after the train split and its embargo instead of a split."""
     candles, _ = load_config_candles(config)
     splits = make_splits(candles, config.data.split)
     split = config.backtest.split
-    bars = len(splits.get(split))
+    evaluated = after_train(candles, splits, config.data.split.embargo_bars) if span == "all" else None
+    bars = len(splits.get(split) if evaluated is None else evaluated)
     if bars < 2:
-        raise DataError(f"the {split} split has {bars} bars: adjust data.split to backtest it")
+        where = f"the {split} split" if evaluated is None else "the span after the train split"
+        raise DataError(f"{where} has {bars} bars: adjust data.split to backtest it")
     bars_per_year = SECONDS_PER_YEAR / timeframe_to_timedelta(candles.attrs["timeframe"]).total_seconds()
+    if evaluated is not None:
+        return ReportContext(config, splits, "all", bars_per_year, span=evaluated)
     return ReportContext(config=config, splits=splits, split=split, bars_per_year=bars_per_year)
 
 
@@ -141,51 +292,12 @@ def run_baseline(name: str, context: ReportContext) -> StrategyRun:
     if name not in SEEDED_STRATEGIES:
         result = _simulate(name, params, context)
         metrics = _metrics(result, context)
-        return StrategyRun(name=name, equity=result.equity, trades=result.trades, metrics=metrics)
+        hits = _hits(result, context)
+        return StrategyRun(name=name, equity=result.equity, trades=result.trades, metrics=metrics, hits=hits)
     first = context.config.seed
     seeds = range(first, first + context.config.backtest.random_seeds)
     results = {seed: _simulate(name, {**params, "seed": seed}, context) for seed in seeds}
     return _average_over_seeds(name, results, context)
-
-
-def run_agent(checkpoint: Path, context: ReportContext) -> StrategyRun:
-    """The trained agent "agent (step-N)": greedy decoding through the TradingEnv with the context's config.
-
-    The policy comes from the checkpoint (`load_trained_agent`: a missing or incomplete checkpoint, or one
-    whose config does not match its weights, is a one-line UsageError); everything the env does (costs,
-    cadence, tools, decoding length) comes from `context.config`. The run's trades carry the `reasoning` text
-    of the turn that opened them; its extra rows hold the valid-tool-call rate and the action mix.
-    """
-    from r1trade.rl.checkpoint import load_trained_agent
-
-    if not checkpoint.is_dir():
-        raise UsageError(
-            f"checkpoint not found: '{checkpoint}' (agent backtests need a trained checkpoint from "
-            "`r1trade train`, e.g. runs/<name>/checkpoints/step-N)"
-        )
-    trained, models = load_trained_agent(checkpoint)
-    note = f"checkpoint {checkpoint} ({trained.model.name_or_path}); {protocol_note(_plan(context), context)}"
-    return run_model(f"agent ({checkpoint.name})", models, context, note=note)
-
-
-def run_base_model(
-    model: ModelConfig,
-    context: ReportContext,
-    *,
-    beside: str | None = None,
-    label: str = "base model",
-    what: str = "untrained",
-) -> StrategyRun:
-    """`model` without RL (as `label`, default "base model"), by the agent's protocol, so the effect of training
-    shows. `what` says what it is in the note ("untrained", "RL started from").
-
-    `beside`: the run it is compared with (its note describes the protocol, this one refers to it).
-    """
-    from r1trade.agent.model import load_agent_models
-
-    models = load_agent_models(model, seed=context.config.seed)
-    protocol = f"same protocol and windows as {beside}" if beside else protocol_note(_plan(context), context)
-    return run_model(label, models, context, note=f"{what}: {model.name_or_path}; {protocol}")
 
 
 def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
@@ -202,6 +314,10 @@ def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
     sizes = sorted(set(plan.decisions))
     size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
     where = "planted interval end" if context.config.data.source == "synthetic" else "bar"
+    start = (
+        f"the first {where} with {env.warmup_bars} bars of history"
+        if plan.first_bar < env.warmup_bars + plan.every else f"the first {where} of its walk-forward fold"
+    )
     random_slippage = (
         f" The model's fills also pay the env's random slippage ({env.slippage_vol_frac:g} × recent "
         "volatility × |z|), which the rule baselines do not."
@@ -209,7 +325,7 @@ def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
     )
     return (
         f"greedy decoding; a decision every {plan.every} bars from bar {plan.first_bar} of the split (the "
-        f"{first} UTC bar, the first {where} with {env.warmup_bars} bars of history) to bar {plan.last_bar} "
+        f"{first} UTC bar, {start}) to bar {plan.last_bar} "
         f"({last} UTC): {scope}. They are played as {len(plan.starts)} contiguous windows of {size} decisions in one "
         f"batch, window k with slippage seed {seed} + k. Each window starts flat with the initial cash; a "
         "position still open at a window's end is not closed but marked at that bar's close without exit fee "
@@ -218,10 +334,6 @@ def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
         f"equity.{random_slippage} The baselines are measured on the same bars (their signals see the "
         "split's earlier bars as history)."
     )
-
-
-def _plan(context: ReportContext) -> WindowPlan:
-    return context_plan(context)
 
 
 def _simulate(name: str, params: dict[str, Any], context: ReportContext) -> BacktestResult:
@@ -253,8 +365,18 @@ def _metrics(result: BacktestResult, context: ReportContext) -> dict[str, Any]:
     )
 
 
+def _hits(result: BacktestResult, context: ReportContext) -> np.ndarray:
+    """Per scored decision, whether the position held after its fill points the way the market moved."""
+    bars, candles = context.decision_bars, context.candles
+    moves = held_moves(
+        candles["open"].to_numpy(), candles["close"].to_numpy(), bars, context.config.env.decision_every
+    )
+    return decision_hits(result.position.to_numpy()[bars + 1], moves)
+
+
 def _average_over_seeds(name: str, results: dict[int, BacktestResult], context: ReportContext) -> StrategyRun:
-    """One run from several seeds: mean metrics (NaN skipped), the mean equity curve, every seed's trades."""
+    """One run from several seeds: mean metrics (NaN skipped), the mean equity curve, every seed's trades, and
+    per decision the share of seeds that were right."""
     tables = [_metrics(result, context) for result in results.values()]
     returns = np.array([table["Return [%]"] for table in tables])
     trades = [result.trades.assign(seed=seed) for seed, result in results.items()]
@@ -272,6 +394,7 @@ def _average_over_seeds(name: str, results: dict[int, BacktestResult], context: 
             f"seeds {seeds[0]}–{seeds[-1]}: metrics are the mean of each seed's metrics; the equity curve is "
             "the mean of the seeds' curves"
         ),
+        hits=np.mean([_hits(result, context) for result in results.values()], axis=0),
     )
 
 

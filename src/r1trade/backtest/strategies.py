@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from ta.momentum import RSIIndicator
 
+from r1trade.backtest.metrics import infer_bars_per_year
 from r1trade.data.synthetic import oracle_targets
 
 Strategy = Callable[..., pd.Series]
@@ -67,6 +68,39 @@ def random_strategy(
     return target.ffill().fillna(0.0)
 
 
+def vol_target(
+    candles: pd.DataFrame,
+    *,
+    target: float = 0.5,
+    lookback: int = 168,
+    max_leverage: float = 1.0,
+    band: float = 0.1,
+) -> pd.Series:
+    """Volatility targeting: long target / σ of equity, at most max_leverage, so the position's volatility is
+    about `target` (annualised, 0.5 = 50 % a year) whatever the market's.
+
+    σ at bar t is the standard deviation (ddof 1) of the `lookback` log close-to-close returns ending at bar
+    t, annualised over a 365-day year of the candles' bar length; flat until `lookback` returns exist. A new size
+    is traded only when it differs from the one held by more than `band` (fraction of equity), which keeps the
+    turnover, and so the fees, of small estimate changes away. Volatility clusters, so a size from recent
+    volatility holds less through turbulent periods (Moreira & Muir 2017).
+    """
+    if target <= 0 or lookback < 2 or not 0 < max_leverage <= 1 or band < 0:
+        raise ValueError("need target > 0, lookback >= 2, 0 < max_leverage <= 1 (the engine holds at most 1x "
+                         "equity) and band >= 0")
+    returns = np.log(candles["close"]).diff()
+    per_year = infer_bars_per_year(candles.index)
+    sigma = returns.rolling(lookback, min_periods=lookback).std() * np.sqrt(per_year)
+    with np.errstate(divide="ignore"):
+        wanted = np.minimum(target / sigma.to_numpy(), max_leverage)  # NaN in the warm-up, the cap at σ = 0
+    held, sizes = 0.0, np.zeros(len(candles))
+    for t, size in enumerate(wanted.tolist()):
+        if not np.isnan(size) and abs(size - held) > band:
+            held = size
+        sizes[t] = held
+    return pd.Series(sizes, index=candles.index, name="target")
+
+
 def oracle(candles: pd.DataFrame, *, allow_short: bool = True) -> pd.Series:
     """The rule planted in synthetic candles (`r1trade.data.synthetic`): at the end of each planted interval,
     long if the interval's close-to-close change was up and short if down when p > 0.5 (the reverse when
@@ -93,6 +127,9 @@ STRATEGIES: dict[str, StrategySpec] = {
         rsi_mean_reversion, {"window": 14, "low": 30.0, "high": 70.0, "allow_short": False}
     ),
     "random": StrategySpec(random_strategy, {"seed": 0, "p_change": 0.05, "allow_short": False}),
+    "vol_target": StrategySpec(
+        vol_target, {"target": 0.5, "lookback": 168, "max_leverage": 1.0, "band": 0.1}
+    ),
 }
 """Rule baselines that run on any candles."""
 

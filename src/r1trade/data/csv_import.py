@@ -13,7 +13,8 @@ Layouts (`--format`; `auto` tells them apart from the first lines of the file):
   them (Binance and Kraken dumps have the same first six columns).
 
 Numeric times are epoch seconds, milliseconds, microseconds or nanoseconds, told apart per value by magnitude;
-text times are ISO 8601 (naive ones are taken as UTC) or CryptoDataDownload's `%Y-%m-%d %I-%p`.
+text times are ISO 8601 (naive ones are taken as UTC, but a file that mixes naive and zoned times is refused)
+or CryptoDataDownload's `%Y-%m-%d %I-%p`. Times outside 1677-2262 and a file without rows are errors.
 
 Nothing is repaired: unparseable prices become NaN and out-of-order or duplicate rows stay, for
 `validate_candles` to report. The one reordering is of a file that is newest-first throughout, which is
@@ -31,7 +32,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from r1trade.data.store import COLUMNS, infer_timeframe, make_candles
+from r1trade.data.store import (
+    COLUMNS,
+    check_stated_timeframe,
+    check_time_range,
+    check_time_zones,
+    infer_timeframe,
+    make_candles,
+)
 from r1trade.errors import DataError, UsageError
 
 CSV_FORMATS = ("auto", "canonical", "cryptodatadownload", "exchange", "ccxt")
@@ -102,6 +110,8 @@ def import_candle_csv(
     if not path.is_file():
         raise UsageError(f"CSV file not found: '{path}'")
     lines, skip, meta = _first_lines(path)
+    if timeframe is None and "timeframe" in meta:
+        check_stated_timeframe(meta["timeframe"], path)
     delimiter = max((",", ";", "\t"), key="\n".join(lines[:2]).count)
     rows = [[cell.strip() for cell in next(csv.reader([line], delimiter=delimiter))] for line in lines]
     header = _detect(path, rows, skip, fmt)
@@ -112,10 +122,13 @@ def import_candle_csv(
         )
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read '{path}': {exc}".splitlines()[0]) from None
+    if frame.empty:
+        raise DataError(f"'{path}' has no candles: a header and no rows")
     frame.columns = [c.strip() if isinstance(c, str) else c for c in frame.columns]
     roles = header.roles
     times, encoding = _parse_times(_time_text(frame, roles), path, roles["time"])
-    data = pd.DataFrame({c: frame[roles[c]].to_numpy() for c in COLUMNS}, index=pd.DatetimeIndex(times))
+    index = check_time_range(pd.DatetimeIndex(times), path)
+    data = pd.DataFrame({c: frame[roles[c]].to_numpy() for c in COLUMNS}, index=index)
     notes = [encoding]
     if header.layout != "ccxt":
         date = f"'{roles['date']}' and " if "date" in roles else ""
@@ -279,8 +292,10 @@ def _parse_times(text: pd.Series, path: Path, column: str | int) -> tuple[pd.Ser
         except (ValueError, TypeError):
             parsed = pd.to_datetime(text[rest], format="mixed", errors="coerce", utc=True)
             encoding = "date text (naive as UTC; a/b/yyyy read month first)"
-        stamps[rest] = parsed
-    return _no_missing(stamps, text, path, label), encoding
+        stamps = pd.concat([stamps[~rest], parsed]).reindex(text.index)  # concat: the finer unit of the two
+    stamps = _no_missing(stamps, text, path, label)
+    check_time_zones(text, path)
+    return stamps, encoding
 
 
 def _no_missing(stamps: pd.Series, text: pd.Series, path: Path, label: str) -> pd.Series:

@@ -128,7 +128,7 @@ def fetch_to_file(
     """
     path = Path(path)
     source = f"ccxt:{exchange.id}"
-    step = _check_timeframe(exchange, timeframe)
+    step = check_timeframe(exchange, timeframe)
     existing = _load_existing(path, symbol=symbol, timeframe=timeframe, source=source)
     since = _utc(since)
     now_ts = _utc(now()) if now is not None else pd.Timestamp.now(tz="UTC")
@@ -152,7 +152,7 @@ def fetch_to_file(
             progress(FetchProgress(start_ts, stop_ts, _ts(min(current_ms, stop_ms)), pages, rows, retry))
 
     def call(what: str, fn: Callable[..., T], *args: Any, state: tuple[int, int, int]) -> T:
-        return _call_with_retry(
+        return call_with_retry(
             exchange,
             what,
             fn,
@@ -164,7 +164,7 @@ def fetch_to_file(
         )
 
     call("loading markets", exchange.load_markets, state=(start_ms, 0, 0))
-    _check_symbol(exchange, symbol)
+    check_symbol(exchange, symbol)
     per_call = limit or ohlcv_limit(exchange, symbol)
     pause = max(float(getattr(exchange, "rateLimit", 0) or 0), 0.0) / 1000.0
 
@@ -241,35 +241,40 @@ def _first_line(exc: BaseException, width: int = 200) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _call_with_retry(
+def call_with_retry(
     exchange: ccxt.Exchange,
     what: str,
     fn: Callable[..., T],
     *args: Any,
-    max_retries: int,
+    max_retries: int | None,
     backoff_seconds: float,
     sleep: Callable[[float], None],
     on_retry: Callable[[str], None],
+    user_errors: tuple[type[ccxt.BaseError], ...] = (ccxt.BadSymbol,),
 ) -> T:
-    """Call `fn(*args)`, retrying transient ccxt errors after `backoff_seconds * 2**k` (at most 60 s).
+    """Call `fn(*args)`, retrying transient ccxt errors after `backoff_seconds * 2**k` (at most 60 s), at most
+    `max_retries` times (None: until it succeeds, for a process that must outlive an outage).
 
-    A rejected symbol becomes a UsageError, any other ccxt error an ExchangeError, each a single line.
+    `user_errors` (by default a rejected symbol) become a UsageError, any other ccxt error an ExchangeError,
+    each a single line.
     """
     attempt = 0
     while True:
         try:
             return fn(*args)
-        except ccxt.BadSymbol as exc:
-            raise UsageError(f"{exchange.id} rejected the symbol while {what}: {_first_line(exc)}") from exc
+        except user_errors as exc:
+            rejected = "symbol" if isinstance(exc, ccxt.BadSymbol) else "request"
+            raise UsageError(f"{exchange.id} rejected the {rejected} while {what}: {_first_line(exc)}") from exc
         except TRANSIENT_ERRORS as exc:
-            if attempt >= max_retries:
+            if max_retries is not None and attempt >= max_retries:
                 raise ExchangeError(
                     f"cannot reach {exchange.id} while {what} after {attempt + 1} attempt(s) "
                     f"({type(exc).__name__}: {_first_line(exc)}); check your connection and try again"
                 ) from exc
-            delay = min(backoff_seconds * 2**attempt, MAX_BACKOFF_SECONDS)
+            delay = min(backoff_seconds * 2 ** min(attempt, 16), MAX_BACKOFF_SECONDS)
             attempt += 1
-            on_retry(f"{type(exc).__name__}, retry {attempt}/{max_retries} in {delay:g} s")
+            limit = "" if max_retries is None else f"/{max_retries}"
+            on_retry(f"{type(exc).__name__}, retry {attempt}{limit} in {delay:g} s")
             sleep(delay)
         except ccxt.BaseError as exc:
             raise ExchangeError(
@@ -286,7 +291,7 @@ def _storable(timeframe: str) -> bool:
     return True
 
 
-def _check_timeframe(exchange: ccxt.Exchange, timeframe: str) -> pd.Timedelta:
+def check_timeframe(exchange: ccxt.Exchange, timeframe: str) -> pd.Timedelta:
     """The timeframe's length, or a UsageError listing those the exchange offers and the store can hold."""
     if not (getattr(exchange, "has", None) or {}).get("fetchOHLCV"):
         raise UsageError(
@@ -304,7 +309,7 @@ def _check_timeframe(exchange: ccxt.Exchange, timeframe: str) -> pd.Timedelta:
     return timeframe_to_timedelta(timeframe)
 
 
-def _check_symbol(exchange: ccxt.Exchange, symbol: str) -> None:
+def check_symbol(exchange: ccxt.Exchange, symbol: str) -> None:
     """A UsageError naming the closest market symbols when the exchange does not list `symbol`."""
     symbols = list(getattr(exchange, "symbols", None) or (getattr(exchange, "markets", None) or {}))
     if symbol in symbols:

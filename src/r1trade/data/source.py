@@ -1,4 +1,8 @@
-"""A config's candles, whichever source its `data` section names: a candle file or a seeded generator."""
+"""A config's candles, whichever source its `data` section names: candle files or a seeded generator.
+
+A config with several candle files (`data.paths`: assets or bar lengths) is handled as one config per file
+(`asset_configs`); the functions here that read candles take one of those.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from r1trade.config import Config, resolve_path
 from r1trade.data.splits import SPLIT_NAMES, make_splits
 from r1trade.data.store import ValidationReport, load_candles, load_clean_candles, validate_candles
 from r1trade.data.synthetic import DecisionGrid, EdgeStats, decision_grid, measure_edge, synthetic_candles
-from r1trade.errors import DataError
+from r1trade.errors import DataError, UsageError
 
 
 def synthetic_interval(config: Config) -> int:
@@ -16,8 +20,37 @@ def synthetic_interval(config: Config) -> int:
     return config.data.synthetic.interval or config.env.decision_every
 
 
+def asset_configs(config: Config) -> list[Config]:
+    """One config per candle file of `data.paths`, each naming its file as `data.path`; else `[config]`."""
+    if not config.data.paths:
+        return [config]
+    return [
+        config.model_copy(update={"data": config.data.model_copy(update={"path": path, "paths": []})})
+        for path in config.data.paths
+    ]
+
+
+def asset_labels(assets: list[Config]) -> list[str]:
+    """Short, distinct names of one-file configs' candles, for report folders and tables: each file's name
+    without its suffix (`btc_usd_1h`; numbered `1-...`, `2-...` when two files share one), or `synthetic`."""
+    stems = [resolve_path(a.data.path).stem if a.data.source == "file" else "synthetic" for a in assets]
+    if len(set(stems)) == len(stems):
+        return stems
+    return [f"{number}-{stem}" for number, stem in enumerate(stems, start=1)]
+
+
+def _one_file(config: Config) -> None:
+    """Refuse a config with several candle files where one set of candles is read."""
+    if len(config.data.paths) > 1:
+        raise UsageError(
+            f"data.paths lists {len(config.data.paths)} candle files and this command reads one: name it "
+            "instead (data-info FILE, backtest --data FILE, or --set data.paths=[] --set data.path=FILE)"
+        )
+
+
 def read_config_candles(config: Config) -> pd.DataFrame:
     """Candles of `config.data` (the file at `data.path`, or generated), not validated (for `data-info`)."""
+    _one_file(config)
     if config.data.source == "file":
         return load_candles(resolve_path(config.data.path))
     return synthetic_candles(config.data.synthetic, interval=synthetic_interval(config))
@@ -28,6 +61,7 @@ def load_config_candles(config: Config) -> tuple[pd.DataFrame, ValidationReport]
 
     The one place runs get their candles from (env replays, backtests, run records).
     """
+    _one_file(config)
     if config.data.source == "file":
         return load_clean_candles(resolve_path(config.data.path))
     candles = read_config_candles(config)
@@ -40,6 +74,7 @@ def load_config_candles(config: Config) -> tuple[pd.DataFrame, ValidationReport]
 
 def source_key(config: Config) -> tuple:
     """What identifies the candles of `config.data` (for caches): the file and its mtime, or the generator."""
+    _one_file(config)
     if config.data.source == "file":
         path = resolve_path(config.data.path)
         return ("file", str(path), path.stat().st_mtime_ns if path.exists() else None)
@@ -47,9 +82,10 @@ def source_key(config: Config) -> tuple:
 
 
 def describe_source(config: Config) -> str:
-    """`data/sample/btc_usd_1h.parquet`, or `synthetic planted_edge (p=0.8, seed=0, interval 4 bars)`."""
+    """`data/sample/btc_usd_1h.parquet` (several files: their paths joined by commas), or
+    `synthetic planted_edge (p=0.8, seed=0, interval 4 bars)`."""
     if config.data.source == "file":
-        return config.data.path
+        return ", ".join(config.data.paths or [config.data.path])
     synthetic = config.data.synthetic
     return (
         f"synthetic {synthetic.kind} (p={synthetic.p:g}, seed={synthetic.seed}, interval "

@@ -107,32 +107,126 @@ def save_candles(candles: pd.DataFrame, path: str | Path) -> Path:
 
 
 def load_candles(path: str | Path) -> pd.DataFrame:
-    """Read canonical candles from Parquet or CSV (as written by `save_candles`), without validating them."""
+    """Read canonical candles from Parquet or CSV (as written by `save_candles`), without validating them.
+
+    A file that cannot be taken for candles at all (damaged bytes or metadata, unreadable timestamps) is a
+    one-line `DataError` naming it; defects in the values are left to `validate_candles`.
+    """
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"candle file not found: '{path}' (run `r1trade fetch-data` or use data/sample/)")
     try:
         if path.suffix == ".parquet":
             table = pq.read_table(path)
-            raw_meta = (table.schema.metadata or {}).get(_PARQUET_META_KEY)
-            meta = json.loads(raw_meta) if raw_meta else {}
-            frame = table.to_pandas()
+            meta = _metadata((table.schema.metadata or {}).get(_PARQUET_META_KEY), path)
+            frame = _parquet_frame(table, path)
         elif path.suffix == ".csv":
-            with path.open() as handle:
+            with path.open(encoding="utf-8") as handle:
                 first = handle.readline()
-            meta = json.loads(first[1:]) if first.startswith("#") else {}
+            meta = _metadata(first[1:] if first.startswith("#") else None, path)
             frame = pd.read_csv(path, comment="#", index_col=0)
         else:
             raise UsageError(f"cannot read '{path}': use a .parquet or .csv candle file")
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise DataError(f"cannot read candles from '{path}': {exc}".splitlines()[0]) from None
-    timeframe = meta.get("timeframe") or infer_timeframe(pd.DatetimeIndex(pd.to_datetime(frame.index, utc=True)))
+    missing = [column for column in COLUMNS if column not in frame.columns]
+    if missing:
+        raise DataError(
+            f"'{path}' is not a canonical candle file: no {', '.join(missing)} column(s) (convert other "
+            "layouts with `r1trade import-csv`)"
+        )
+    frame.index = file_timestamps(frame.index, path)
+    timeframe = meta.get("timeframe") or infer_timeframe(frame.index)
     return make_candles(
         frame,
         symbol=meta.get("symbol") or "UNKNOWN",
         timeframe=timeframe or "1h",
         source=meta.get("source") or str(path),
     )
+
+
+def _metadata(raw: str | bytes | None, path: Path) -> dict[str, str]:
+    """The symbol, timeframe and source a file states about itself (none when it states nothing)."""
+    if not raw:
+        return {}
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:
+        raise DataError(f"'{path}': its r1trade metadata is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"'{path}': its r1trade metadata is a {type(meta).__name__}, not a JSON object")
+    meta = {key: meta[key] for key in META_KEYS if isinstance(meta.get(key), str) and meta[key]}
+    if "timeframe" in meta:
+        check_stated_timeframe(meta["timeframe"], path)
+    return meta
+
+
+def check_stated_timeframe(timeframe: str, path: Path) -> None:
+    """A timeframe a file states about itself must be usable; a bad one is the file's defect, not a flag's."""
+    try:
+        timeframe_to_timedelta(timeframe)
+    except UsageError as exc:
+        raise DataError(f"'{path}': its metadata names a {exc}") from None
+
+
+def _parquet_frame(table: pa.Table, path: Path) -> pd.DataFrame:
+    """The table as a frame indexed by its timestamps; damaged pandas metadata (index, attrs) is an error."""
+    try:
+        frame = table.to_pandas()
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        raise DataError(f"'{path}': its pandas metadata is damaged ({type(exc).__name__}: {exc})") from None
+    frame = frame.set_index("timestamp") if "timestamp" in frame.columns else frame
+    if frame.index.nlevels > 1:
+        raise DataError(f"'{path}' has {frame.index.nlevels} index columns; candles have one, the timestamp")
+    return frame
+
+
+def file_timestamps(values: pd.Index, path: Path) -> pd.DatetimeIndex:
+    """A candle file's timestamps as a UTC index (naive ones are UTC); empty, unreadable or out-of-range
+    timestamps, and a mix of naive and zoned ones, are errors that name the file and the first values."""
+    empty = np.asarray(values.isna())
+    if isinstance(values, pd.DatetimeIndex):
+        stamps = values if values.tz is not None else values.tz_localize("UTC")
+    else:
+        text = pd.Series(values.astype(str).str.strip(), index=range(len(values)))
+        empty |= (text == "").to_numpy()
+        parsed = pd.to_datetime(text.mask(empty), format="ISO8601", utc=True, errors="coerce")
+        stamps = pd.DatetimeIndex(parsed)
+        unreadable = np.asarray(stamps.isna()) & ~empty
+        if unreadable.any():
+            raise DataError(f"'{path}': unreadable timestamps such as {text[unreadable].head(3).tolist()}")
+        check_time_zones(text, path)
+    if empty.any():
+        first = int(empty.argmax()) + 1
+        raise DataError(f"'{path}': {int(empty.sum())} empty timestamp(s), the first in data row {first}")
+    return check_time_range(pd.DatetimeIndex(stamps, name="timestamp"), path)
+
+
+_ZONED = r"\d:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)$"
+"""A clock time followed by a UTC offset: `...T10:00:00Z`, `...10:00+05:30`."""
+
+
+def check_time_zones(text: pd.Series, path: Path) -> None:
+    """Refuse times that mix UTC offsets and naive values: the zone of the naive ones would be a guess."""
+    zoned = text.str.contains(_ZONED, case=False, regex=True, na=False)
+    present = text.notna() & (text != "")
+    if zoned.any() and not zoned[present].all():
+        naive = text[present & ~zoned].iloc[0]
+        raise DataError(
+            f"'{path}': times mix UTC offsets ('{text[zoned].iloc[0]}') and naive times ('{naive}'); "
+            "give every time an offset, or none"
+        )
+
+
+def check_time_range(index: pd.DatetimeIndex, path: Path) -> pd.DatetimeIndex:
+    """`index`, or an error for times outside 1677-2262 (nanosecond timestamps; never a real candle)."""
+    try:
+        index.as_unit("ns")
+    except (OverflowError, pd.errors.OutOfBoundsDatetime):
+        low, high = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
+        outside = index[(index < low) | (index > high)]
+        raise DataError(f"'{path}': timestamps out of range (1677-2262) such as {outside[0]}") from None
+    return index
 
 
 def import_cryptodatadownload_csv(path: str | Path, *, timeframe: str = "1h") -> pd.DataFrame:
@@ -159,6 +253,8 @@ class Problem:
     error: bool = True
 
     def describe(self) -> str:
+        if not self.where:
+            return self.kind
         shown = ", ".join(self.where[:5]) + (", ..." if self.count > 5 else "")
         return f"{self.kind}: {self.count} row(s) at {shown}"
 
@@ -210,12 +306,15 @@ def validate_candles(candles: pd.DataFrame, timeframe: str | None = None) -> Val
     checks.append(("duplicate timestamps", np.concatenate([[False], deltas == 0])))
     prices = np.column_stack([o, h, l, c])
     checks.append(("NaN values", np.isnan(prices).any(axis=1) | np.isnan(v)))
+    checks.append(("infinite values", np.isinf(prices).any(axis=1) | np.isinf(v)))
     with np.errstate(invalid="ignore"):
         checks.append(("non-positive prices", (prices <= 0).any(axis=1)))
         checks.append(("high below max(open, close)", h < np.maximum(o, c)))
         checks.append(("low above min(open, close)", l > np.minimum(o, c)))
         checks.append(("negative volume", v < 0))
     problems = [Problem(kind, int(mask.sum()), _stamps(index, mask)) for kind, mask in checks if mask.any()]
+    if not len(candles):
+        problems.append(Problem("no candles", 0, []))
     flat = (v == 0) & (h == l)
     if flat.any():  # exporters often fill an empty hour with the previous close: worth knowing, not an error
         problems.append(Problem("zero-volume flat bars (filled gaps?)", int(flat.sum()), _stamps(index, flat), False))

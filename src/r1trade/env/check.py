@@ -22,7 +22,7 @@ from rich.text import Text
 from r1trade.config import Config
 from r1trade.env.market import MarketReplay
 from r1trade.env.rewards import COMPONENTS
-from r1trade.env.trading_env import TradingEnv, load_replay
+from r1trade.env.trading_env import TradingEnv, load_replays
 
 Policy = Callable[[TradingEnv, np.random.Generator], str]
 
@@ -165,23 +165,23 @@ def run_episode(env: TradingEnv, policy: Policy, *, seed: int) -> dict[str, Any]
 
 def run_check_env(config: Config, *, episodes: int, seed: int, split: str = "train") -> CheckReport:
     """Run every scripted policy for `episodes` episodes on `split`, then check determinism."""
-    replay = load_replay(config, split)
-    policies = [_policy_stats(name, policy, replay, config, episodes=episodes, seed=seed)
+    markets = load_replays(config, split)
+    policies = [_policy_stats(name, policy, markets, config, episodes=episodes, seed=seed)
                 for name, policy in POLICIES.items()]
     return CheckReport(
         config_name=config.name,
         split=split,
         seed=seed,
         policies=policies,
-        same_seed_identical=_same_seed_identical(replay, config, seed=seed),
-        different_seeds_differ=_different_seeds_differ(replay, config, seed=seed),
+        same_seed_identical=_same_seed_identical(markets, config, seed=seed),
+        different_seeds_differ=_different_seeds_differ(markets, config, seed=seed),
     )
 
 
 def _policy_stats(
-    name: str, policy: Policy, replay: MarketReplay, config: Config, *, episodes: int, seed: int
+    name: str, policy: Policy, markets: list[MarketReplay], config: Config, *, episodes: int, seed: int
 ) -> PolicyStats:
-    env = TradingEnv(replay, config.env, config.rewards)
+    env = TradingEnv(markets, config.env, config.rewards)
     started = time.perf_counter()
     runs = [run_episode(env, policy, seed=seed + i) for i in range(episodes)]
     elapsed = time.perf_counter() - started
@@ -212,11 +212,11 @@ def _policy_stats(
     )
 
 
-def _same_seed_identical(replay: MarketReplay, config: Config, *, seed: int) -> bool:
+def _same_seed_identical(markets: list[MarketReplay], config: Config, *, seed: int) -> bool:
     """Two fresh envs, same seed, random and momentum policies: identical transcripts and rewards."""
     for policy in (random_policy, momentum_policy):
         first, second = (
-            run_episode(TradingEnv(replay, config.env, config.rewards), policy, seed=seed)["transcript"]
+            run_episode(TradingEnv(markets, config.env, config.rewards), policy, seed=seed)["transcript"]
             for _ in range(2)
         )
         if first != second:
@@ -224,9 +224,9 @@ def _same_seed_identical(replay: MarketReplay, config: Config, *, seed: int) -> 
     return True
 
 
-def _different_seeds_differ(replay: MarketReplay, config: Config, *, seed: int) -> bool:
+def _different_seeds_differ(markets: list[MarketReplay], config: Config, *, seed: int) -> bool:
     """Different seeds start at different bars (checked over a few seeds, since two may collide by chance)."""
-    env = TradingEnv(replay, config.env, config.rewards)
+    env = TradingEnv(markets, config.env, config.rewards)
     starts = {env.reset(seed=seed + i)[1]["start_bar"] for i in range(4)}
     return len(starts) > 1
 

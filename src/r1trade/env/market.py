@@ -209,3 +209,16 @@ class MarketReplay:
         if bar + horizon >= len(self.close):
             return None
         return self.close[bar + horizon] / self.close[bar] - 1.0
+
+
+def changes_text(replay: MarketReplay, bar: int, decision_every: int) -> str:
+    """`Change: 1 bar +0.12% | 4 bars -1.03% | 24 bars +2.50%`: over one bar, one decision interval and six."""
+    spans = sorted({1, decision_every, 6 * decision_every})
+    return "Change: " + " | ".join(
+        f"{n} bar{'s' if n > 1 else ''} {signed_pct(replay.change_pct(bar, n))}" for n in spans
+    )
+
+
+def signed_pct(value: float) -> str:
+    """`+1.23%`, or `n/a` for a change without history."""
+    return "n/a" if math.isnan(value) else f"{value:+.2f}%"

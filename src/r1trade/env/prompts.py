@@ -10,12 +10,11 @@ warm starts were trained on and stays as it is.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from r1trade.config import EnvConfig
-from r1trade.env.market import MarketReplay, format_amount, format_price
+from r1trade.env.market import MarketReplay, changes_text, format_amount, format_price
 from r1trade.env.portfolio import Fill, Portfolio
 from r1trade.env.tools import Tool, ToolRegistry, describe_portfolio
 
@@ -173,24 +172,19 @@ def render_observation(
 
 
 def market_text(replay: MarketReplay, bar: int, config: EnvConfig) -> str:
-    """The market part of an observation (time, price, changes, indicators), rendered once per bar."""
-    key = (bar, config.decision_every, *config.observe_indicators)
+    """The market part of an observation, rendered once per bar: time and price, then (observation `full`) the
+    recent changes and the `observe_indicators`."""
+    price_only = config.observation == "price_only"
+    key = (bar, config.decision_every, price_only, *config.observe_indicators)
     text = replay.text_cache.get(key)
     if text is None:
-        spans = sorted({1, config.decision_every, 6 * config.decision_every})
-        changes = " | ".join(
-            f"{n} bar{'s' if n > 1 else ''} {_signed_pct(replay.change_pct(bar, n))}" for n in spans
-        )
-        lines = [f"{replay.decision_labels[bar]} | {replay.symbol} {format_price(replay.close[bar])}",
-                 f"Change: {changes}"]
-        if config.observe_indicators:
-            lines.append(" | ".join(replay.feature_text[name][bar] for name in config.observe_indicators))
+        lines = [f"{replay.decision_labels[bar]} | {replay.symbol} {format_price(replay.close[bar])}"]
+        if not price_only:
+            lines.append(changes_text(replay, bar, config.decision_every))
+            if config.observe_indicators:
+                lines.append(" | ".join(replay.feature_text[name][bar] for name in config.observe_indicators))
         text = replay.text_cache[key] = "\n".join(lines)
     return text
-
-
-def _signed_pct(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.2f}%"
 
 
 def describe_fill(fill: Fill, replay: MarketReplay, *, compact: bool = False) -> str:

@@ -1,7 +1,8 @@
 """Reward components as pure, typed functions; the env logs each one separately and sums them with weights.
 
 Each function returns a raw value; `weigh` multiplies by the `rewards:` config weights (`component_weights`).
-Outcome components (pnl, sharpe, terminal, bankruptcy) are in log-return units and dominate by default;
+Outcome components (pnl, sharpe, terminal, bankruptcy) and the risk penalties on them (variance, drawdown) are
+in log-return units and the outcome dominates by default;
 process components (valid_call, format, tool_error, forced_hold, pattern, risk_*) are small nudges, because a
 process reward that grows stronger than PnL can raise accuracy while lowering returns.
 """
@@ -16,12 +17,15 @@ from r1trade.config import RewardsConfig
 COMPONENTS: dict[str, str] = {
     "pnl": "pnl",
     "sharpe": "sharpe",
+    "variance": "variance",
+    "drawdown": "drawdown",
     "terminal": "terminal",
     "bankruptcy": "bankruptcy_penalty",
     "valid_call": "valid_call",
     "format": "format_penalty",
     "tool_error": "tool_error",
     "forced_hold": "forced_hold",
+    "info_call": "info_call",
     "pattern": "pattern",
     "risk_no_stop": "risk_no_stop",
     "risk_oversize": "risk_oversize",
@@ -82,6 +86,38 @@ def differential_sharpe(ret: float, *, mean: float, mean_sq: float, eta: float) 
     variance = mean_sq - mean * mean
     d = (mean_sq * delta_mean - 0.5 * mean * delta_sq) / variance**1.5 if variance > 1e-12 else 0.0
     return d, mean + eta * delta_mean, mean_sq + eta * delta_sq
+
+
+def squared_return(log_ret: float) -> float:
+    """The variance penalty's raw value: a decision's squared log-return.
+
+    Summed over decisions it is their second moment, the variance for returns near zero; with the pnl term it
+    pays mean-variance utility, which is highest for a position scaled down as volatility rises.
+
+    >>> round(squared_return(-0.02), 10)
+    0.0004
+    """
+    return log_ret * log_ret
+
+
+def drawdown_step(marks: Sequence[float], *, peak: float, deepest: float) -> tuple[float, float, float]:
+    """How far a decision's equity marks deepen the episode's maximum drawdown; returns (increase, new peak,
+    new deepest).
+
+    The drawdown at a mark is log(peak / equity), peak being the highest equity so far (the ratio floored at
+    MIN_EQUITY_RATIO, as equity can reach zero); `deepest` is the largest drawdown so far. The increases of an
+    episode add up to its maximum drawdown, each charged to the decision that made it.
+
+    >>> [round(v, 6) for v in drawdown_step([110.0, 99.0, 104.5], peak=100.0, deepest=0.0)]
+    [0.105361, 110.0, 0.105361]
+    >>> drawdown_step([105.0], peak=110.0, deepest=0.105361)[0]
+    0.0
+    """
+    start = deepest
+    for equity in marks:
+        peak = max(peak, equity)
+        deepest = max(deepest, -math.log(max(equity / peak, MIN_EQUITY_RATIO)))
+    return deepest - start, peak, deepest
 
 
 def terminal_return(

@@ -1,6 +1,7 @@
 """Tools the agent can call: a registry of name + JSON schema + handler, and the two toolkits.
 
-`MarketDataToolkit` gives information (candles, indicators, sentiment) and never advances the market.
+`MarketDataToolkit` gives information (candles, indicators, sentiment, optionally changes and volatility) and
+never advances the market.
 `DexToolkit` gives the portfolio and the trade tools; a trade tool returns an `Order` and ends the decision,
 and the environment executes it at the next bar's open. Handlers see the present only (`ToolContext`): the
 replay up to the decision bar, the portfolio, the config.
@@ -13,9 +14,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from r1trade.env.market import MarketReplay, format_amount, format_price
+from r1trade.env.market import MarketReplay, changes_text, format_amount, format_price
 from r1trade.env.portfolio import Portfolio
 from r1trade.env.sentiment import sentiment_label
+from r1trade.env.volatility import volatility_text
 
 View = Literal["bullish", "bearish", "neutral"]
 VIEWS: tuple[View, ...] = ("bullish", "bearish", "neutral")
@@ -116,11 +118,19 @@ _VIEW = {"type": "string", "enum": list(VIEWS), "description": "your market view
 
 
 class MarketDataToolkit:
-    """get_candles, get_indicators, get_sentiment."""
+    """get_candles, get_indicators, get_sentiment, with `changes` (observation `price_only`) get_changes, and
+    with `volatility` (`env.volatility_tool`) get_volatility over `volatility_bars` bars."""
 
-    def __init__(self, *, indicators: list[str], max_candles: int) -> None:
+    def __init__(
+        self, *, indicators: list[str], max_candles: int, changes: bool = False, decision_every: int = 1,
+        volatility: bool = False, volatility_bars: int = 24,
+    ) -> None:
         self.indicators = list(indicators)
         self.max_candles = max_candles
+        self.changes = changes
+        self.decision_every = decision_every
+        self.volatility = volatility
+        self.volatility_bars = volatility_bars
 
     def tools(self) -> list[Tool]:
         names = {"type": "array", "items": {"type": "string", "enum": self.indicators}, "minItems": 1,
@@ -134,7 +144,17 @@ class MarketDataToolkit:
                  self._indicators),
             Tool("get_sentiment", "Fear/greed index 0-100 and its source.", _object(),
                  self._sentiment),
+            *([Tool("get_changes", "Price change in % over the last 1 bar, decision interval and 6 intervals.",
+                    _object(), self._changes)] if self.changes else []),
+            *([Tool("get_volatility", "Realised volatility (annualised) and mean true range in % of price, "
+                    "to size from risk.", _object(), self._volatility)] if self.volatility else []),
         ]
+
+    def _volatility(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult(volatility_text(ctx.replay, ctx.bar, self.volatility_bars))
+
+    def _changes(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult(changes_text(ctx.replay, ctx.bar, self.decision_every))
 
     @staticmethod
     def _candles(args: dict[str, Any], ctx: ToolContext) -> ToolResult:

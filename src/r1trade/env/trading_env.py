@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from r1trade.config import Config, EnvConfig, RewardsConfig, resolve_path
-from r1trade.data.source import load_config_candles, source_key
+from r1trade.data.source import asset_configs, load_config_candles, source_key
 from r1trade.data.splits import make_splits
 from r1trade.env import rewards
 from r1trade.env.market import MarketReplay
@@ -39,8 +40,11 @@ class _Episode:
     decision: int = 0
     calls: int = 0
     valid_paid: bool = False
+    looked: list[str] = field(default_factory=list)  # information tools called so far in this decision
     sharpe_mean: float = 0.0
     sharpe_mean_sq: float = 0.0
+    equity_peak: float = 0.0  # highest equity mark so far (the drawdown penalty's state)
+    deepest_drawdown: float = 0.0  # largest log(peak / equity) so far
     notional: deque[float] = field(default_factory=deque)  # order notional of the recent decisions
     actions: list[str] = field(default_factory=list)
     fills: list[Fill] = field(default_factory=list)
@@ -63,9 +67,10 @@ class TradingEnv:
     ## Actions
     The model's raw turn: free reasoning, then exactly one
     `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (strict JSON, schema-checked arguments).
-    Information tools (`get_candles`, `get_indicators`, `get_sentiment`, `get_portfolio`) answer and the
-    decision continues. Trade tools (`place_order(side, size, stop_loss?, take_profit?, view)`,
-    `close_position(view)`, `hold(view)`) end the decision. After `max_tool_calls` turns without a trade tool
+    Information tools (`get_candles`, `get_indicators`, `get_sentiment`, `get_portfolio`; `get_changes` with
+    `observation: price_only`, `get_volatility` with `volatility_tool`) answer and the decision continues.
+    Trade tools (`place_order(side, size, stop_loss?, take_profit?, view)`, `close_position(view)`,
+    `hold(view)`) end the decision. After `max_tool_calls` turns without a trade tool
     the env holds for the agent (forced hold, penalized). A malformed turn counts as a call and is answered
     with what was wrong.
 
@@ -90,8 +95,10 @@ class TradingEnv:
     ## Rewards
     Each step's reward is Σ weight × raw component (weights in `RewardsConfig`); every component is reported
     in `info["reward_components"]` at every step, 0 when not applicable. Outcome: `pnl` (log-return of equity
-    over the decision), `sharpe` (differential Sharpe), `terminal` (episode log-return, optionally minus
-    buy-and-hold's) and `bankruptcy`. Process: `valid_call` (first accepted call of a decision), `format`,
+    over the decision), `sharpe` (differential Sharpe), the risk penalties `variance` (the decision's squared
+    log-return) and `drawdown` (how far it deepened the episode's maximum drawdown), `terminal` (episode
+    log-return, optionally minus buy-and-hold's) and `bankruptcy`. Process: `valid_call` (first accepted call
+    of a decision), `format`,
     `tool_error`, `forced_hold`, `pattern` (stated view vs the forward return over `pattern_horizon_bars`,
     known only after the fact and never shown), `risk_no_stop`, `risk_oversize`, `risk_turnover`.
 
@@ -99,48 +106,62 @@ class TradingEnv:
     Flat with `initial_cash`, at a uniformly drawn bar with at least `warmup_bars` of history and room for the
     whole episode; on generated data with a planted edge, a bar where one of its intervals ends
     (`MarketReplay.decision_grid`), so decisions see whole intervals. `reset(options={"start": bar,
-    "decisions": n})` fixes both (backtests).
+    "decisions": n})` fixes both (backtests). With several markets (assets or bar lengths), an episode first
+    draws its market, each as likely as the start bars it offers, so every window of every market is equally
+    likely.
 
     ## Episode end
     Terminated when equity reaches zero or below (bankruptcy penalty); truncated after `episode_decisions`
     decisions. The terminal reward is paid on the last step either way.
 
     ## Arguments
-    `candles`: canonical candles of one split, or a prebuilt `MarketReplay` (share one across many envs);
+    `candles`: canonical candles of one split, or a prebuilt `MarketReplay` (share one across many envs), or
+    several prebuilt replays (one per market);
     `env_config`, `reward_config`: the `env:` and `rewards:` config sections; `sentiment`: an optional 0–100
     series (e.g. Fear & Greed, indexed by publication time); without one a market-derived proxy is used.
     """
 
     def __init__(
         self,
-        candles: pd.DataFrame | MarketReplay,
+        candles: pd.DataFrame | MarketReplay | Sequence[MarketReplay],
         env_config: EnvConfig,
         reward_config: RewardsConfig,
         *,
         sentiment: pd.Series | None = None,
     ) -> None:
-        if isinstance(candles, MarketReplay):
-            if sentiment is not None:
-                raise ValueError("pass sentiment to MarketReplay.build, not with a prebuilt replay")
-            missing = [name for name in env_config.indicators if name not in candles.indicators]
-            if missing:
-                raise ConfigError(f"the market replay lacks indicator(s) {', '.join(missing)}")
-            self.replay = candles
-        else:
-            self.replay = MarketReplay.build(
+        if isinstance(candles, pd.DataFrame):
+            markets = [MarketReplay.build(
                 candles,
                 indicators=env_config.indicators,
                 volatility_bars=env_config.volatility_bars,
                 sentiment=sentiment,
-            )
+            )]
+        else:
+            markets = [candles] if isinstance(candles, MarketReplay) else list(candles)
+            if sentiment is not None:
+                raise ValueError("pass sentiment to MarketReplay.build, not with a prebuilt replay")
+            if not markets:
+                raise ValueError("no market replay given")
+            for market in markets:
+                missing = [name for name in env_config.indicators if name not in market.indicators]
+                if missing:
+                    raise ConfigError(f"the market replay lacks indicator(s) {', '.join(missing)}")
+        self.markets = markets
+        """Every market the env trades; an episode plays one of them (`reset`)."""
+        self.replay = markets[0]
         self.env_config = env_config
         self.reward_config = reward_config
         self._weights = rewards.component_weights(reward_config)
+        market_tools = MarketDataToolkit(
+            indicators=env_config.indicators, max_candles=env_config.max_candles,
+            changes=env_config.observation == "price_only", decision_every=env_config.decision_every,
+            volatility=env_config.volatility_tool, volatility_bars=env_config.volatility_bars,
+        ).tools()
+        self.info_tools = frozenset(tool.name for tool in market_tools)
+        """The tools that tell about the market (get_portfolio tells only what the observation shows)."""
         self.registry = ToolRegistry(
             [
-                *MarketDataToolkit(
-                    indicators=env_config.indicators, max_candles=env_config.max_candles
-                ).tools(),
+                *market_tools,
                 *DexToolkit(
                     allow_short=env_config.allow_short,
                     max_position_frac=env_config.max_position_frac,
@@ -149,17 +170,22 @@ class TradingEnv:
             ]
         )
         self.tool_schemas = self.registry.schemas()
-        self.system_prompt = render_system_prompt(
-            self.registry, config=env_config, symbol=self.replay.symbol, timeframe=self.replay.timeframe
-        )
+        self._prompts = [
+            render_system_prompt(
+                self.registry, config=env_config, symbol=market.symbol, timeframe=market.timeframe
+            )
+            for market in markets
+        ]
+        self.system_prompt = self._prompts[0]
         self._rng = np.random.default_rng()
         self._normals: list[float] = []
         self._episode: _Episode | None = None
 
     @classmethod
     def from_config(cls, config: Config, split: str = "train") -> TradingEnv:
-        """An env on one split of the configured data; the market replay is built once and cached."""
-        return cls(load_replay(config, split), config.env, config.rewards)
+        """An env on one split of the configured data (each file's, with several); replays are built once and
+        cached."""
+        return cls(load_replays(config, split), config.env, config.rewards)
 
     # ------------------------------------------------------------------------------------ state for tools
 
@@ -209,7 +235,8 @@ class TradingEnv:
 
         `seed` reseeds the generator behind the start bar and the slippage (None continues it). `options`:
         `start` (bar index of the first decision) and `decisions` (episode length; `max_decisions(start)`
-        runs to the end of the split, as a backtest does).
+        runs to the end of the split, as a backtest does). With several markets, a drawn episode first draws
+        its market (`_draw_market`) and a given `start` is a bar of the first market.
         """
         if seed is not None:
             self._rng = np.random.default_rng(seed)
@@ -218,6 +245,7 @@ class TradingEnv:
         cfg = self.env_config
         start = options.get("start")
         decisions = int(options.get("decisions", cfg.episode_decisions))
+        self._use_market(0 if start is not None else self._draw_market(decisions))
         if start is None:
             latest = len(self.replay) - 1 - decisions * cfg.decision_every
             if latest < cfg.warmup_bars:
@@ -237,6 +265,7 @@ class TradingEnv:
             notional=deque(maxlen=self.reward_config.turnover_window),
         )
         episode.marks.append((start, cfg.initial_cash))
+        episode.equity_peak = cfg.initial_cash
         self._episode = episode
         episode.context = [
             {"role": "system", "content": self.system_prompt},
@@ -252,6 +281,21 @@ class TradingEnv:
             "context_reset": False,
         }
         return list(episode.context), info
+
+    def _draw_market(self, decisions: int) -> int:
+        """The market of a drawn episode: each with probability proportional to the first bars it offers such
+        an episode, so that every window of every market is equally likely (no draw with a single market)."""
+        if len(self.markets) == 1:
+            return 0
+        span = self.env_config.warmup_bars + decisions * self.env_config.decision_every
+        room = np.array([max(len(market) - span, 0) for market in self.markets], dtype=float)
+        if room.sum() == 0:  # none fits: the first market's reset says why
+            return 0
+        return int(self._rng.choice(len(self.markets), p=room / room.sum()))
+
+    def _use_market(self, index: int) -> None:
+        """Trade `markets[index]` from now on, with its system prompt (its symbol and bar length)."""
+        self.replay, self.system_prompt = self.markets[index], self._prompts[index]
 
     def _draw_start(self, earliest: int, latest: int) -> int:
         """A uniformly drawn first decision bar; on data with a planted edge, one where an interval ends."""
@@ -286,6 +330,9 @@ class TradingEnv:
                 raw["valid_call"] = 0.0 if episode.valid_paid else 1.0
                 episode.valid_paid = True
                 reply, order = result.text, result.order
+                if parsed.name in self.info_tools:
+                    raw["info_call"] = 0.0 if episode.looked else 1.0
+                    episode.looked.append(parsed.name)
         forced = order is None and episode.calls >= cfg.max_tool_calls
         if forced:
             raw["forced_hold"] = 1.0
@@ -293,10 +340,12 @@ class TradingEnv:
             order = Order("hold", None)
         fills: list[Fill] = []
         bankrupt = False
+        looked: list[str] | None = None
         if order is None:
             left = cfg.max_tool_calls - episode.calls
             reply += f"\n({left} tool call{'s' if left != 1 else ''} left)"
         else:
+            looked, episode.looked = episode.looked, []
             fills, bankrupt = self._execute(order, raw)
             compact = cfg.prompt == "compact"
             reply += "".join(f"\n{describe_fill(fill, self.replay, compact=compact)}" for fill in fills)
@@ -330,6 +379,8 @@ class TradingEnv:
             "bar": episode.bar,
             "decision_index": decision,
             "decision_done": order is not None,
+            # the information tools called before this decision's trade, in order (on the trade's turn only)
+            "info_tools": looked,
             # as the backtest's Direction Accuracy counts it: long or short the way the market then moved
             "direction_right": episode.direction_right[-1] if order is not None else None,
             "move_sign": episode.move_signs[-1] if order is not None else None,  # +1 up, -1 down, 0 unchanged
@@ -348,13 +399,14 @@ class TradingEnv:
         equity_before = portfolio.equity(replay.close[episode.bar])
         self._score_intent(order, raw)
         held = order.target if order.target is not None else portfolio.target  # the position after the fill
-        t = episode.bar
+        t, marked = episode.bar, len(episode.marks)
         fills, bankrupt = self._walk_market(order)
         move = replay.close[episode.bar] - replay.open[t + 1]  # over the interval the position is held
         episode.direction_right.append(bool(np.sign(held) * np.sign(move) > 0))  # flat counts as wrong
         episode.move_signs.append(int(np.sign(move)))
         equity_after = portfolio.equity(replay.close[episode.bar])
-        self._score_outcome(raw, fills, equity_before=equity_before, equity_after=equity_after)
+        marks = [equity for _, equity in episode.marks[marked:]]  # this decision's bar closes
+        self._score_outcome(raw, fills, marks, equity_before=equity_before, equity_after=equity_after)
         episode.fills += fills
         episode.actions.append(f"#{episode.decision + 1} {_describe_order(order)}")
         episode.decision += 1
@@ -413,11 +465,17 @@ class TradingEnv:
         return fills, False
 
     def _score_outcome(
-        self, raw: dict[str, float], fills: list[Fill], *, equity_before: float, equity_after: float
+        self, raw: dict[str, float], fills: list[Fill], marks: list[float], *, equity_before: float,
+        equity_after: float,
     ) -> None:
-        """PnL, differential Sharpe and turnover components of the decision just walked."""
+        """PnL, differential Sharpe, risk (variance, drawdown) and turnover components of the decision just
+        walked; `marks`: the equity at each of its bars' closes."""
         episode, rc = self._state, self.reward_config
         raw["pnl"] = rewards.log_return(equity_before=equity_before, equity_after=equity_after)
+        raw["variance"] = rewards.squared_return(raw["pnl"])
+        raw["drawdown"], episode.equity_peak, episode.deepest_drawdown = rewards.drawdown_step(
+            marks, peak=episode.equity_peak, deepest=episode.deepest_drawdown
+        )
         raw["sharpe"], episode.sharpe_mean, episode.sharpe_mean_sq = rewards.differential_sharpe(
             equity_after / equity_before - 1.0, mean=episode.sharpe_mean, mean_sq=episode.sharpe_mean_sq,
             eta=rc.sharpe_eta,
@@ -543,11 +601,13 @@ def _printable(text: str) -> str:
 # ---------------------------------------------------------------------------------------- replay cache
 
 _REPLAYS: dict[tuple, MarketReplay] = {}
-_MAX_CACHED = 4
+_MAX_CACHED = 8
+"""Replays kept: one per asset and split, so that a run on several assets rebuilds none between updates."""
 
 
 def load_replay(config: Config, split: str = "train") -> MarketReplay:
-    """The market replay of one split of the configured data, built once per data/split/features, cached."""
+    """The market replay of one split of the configured candle file (or generated data), built once per
+    data/split/features, cached; a config with several files (`data.paths`) needs `load_replays`."""
     sentiment_path = resolve_path(config.data.sentiment_path) if config.data.sentiment_path else None
     key = (
         *source_key(config),
@@ -572,7 +632,14 @@ def load_replay(config: Config, split: str = "train") -> MarketReplay:
     return _REPLAYS[key]
 
 
+def load_replays(config: Config, split: str = "train") -> list[MarketReplay]:
+    """The market replay of one split of each of the configured candle files (`asset_configs`), each split on
+    its own by `data.split`."""
+    return [load_replay(asset, split) for asset in asset_configs(config)]
+
+
 def make_envs(config: Config, count: int, split: str = "train") -> list[TradingEnv]:
-    """`count` envs sharing one market replay (what a batched rollout uses)."""
-    replay = load_replay(config, split)
-    return [TradingEnv(replay, config.env, config.rewards) for _ in range(count)]
+    """`count` envs sharing the market replays (what a batched rollout uses); with several candle files each
+    episode draws its market."""
+    replays = load_replays(config, split)
+    return [TradingEnv(replays, config.env, config.rewards) for _ in range(count)]

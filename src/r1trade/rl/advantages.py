@@ -43,14 +43,34 @@ def _next_kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return padded.gather(1, strictly_after)
 
 
-def _discounted_cumsum(x: torch.Tensor, keep: torch.Tensor, discount: float) -> torch.Tensor:
-    """out_t = x_t + discount * out_next over each row's mask-1 tokens, mask-0 tokens skipped and set to 0."""
+def _discounted_cumsum(x: torch.Tensor, keep: torch.Tensor, discount: float | torch.Tensor) -> torch.Tensor:
+    """out_t = x_t + discount_t * out_next over each row's mask-1 tokens, mask-0 tokens skipped and set to 0.
+
+    `discount` is one number, or (B, T): the discount from position t to the next kept one."""
     out = torch.zeros_like(x)  # (B, T)
     running = x.new_zeros(x.shape[0])  # (B,)
     for t in reversed(range(x.shape[1])):
-        running = torch.where(keep[:, t], x[:, t] + discount * running, running)
+        step = discount[:, t] if isinstance(discount, torch.Tensor) else discount
+        running = torch.where(keep[:, t], x[:, t] + step * running, running)
         out[:, t] = running
     return zero_outside(out, keep)
+
+
+def turn_discounts(decisions: torch.Tensor, gamma: float, turn_gamma: float | None) -> float | torch.Tensor:
+    """The discount from each turn to the next: `turn_gamma` between turns of one decision (an information call
+    and the trade after it), `gamma` between decisions; just `gamma` when `turn_gamma` is None. -> (N, K).
+
+    `decisions` (N, K) holds each turn's decision index. γ = 1 within a decision with γ = 0 across decisions
+    gives an information call the reward of the trade it led to, and no decision the reward of the next.
+
+    >>> turn_discounts(torch.tensor([[0, 0, 1, 1]]), 0.0, 1.0)
+    tensor([[1., 0., 1., 0.]])
+    """
+    if turn_gamma is None:
+        return gamma
+    same = torch.zeros(decisions.shape, dtype=torch.bool, device=decisions.device)  # (N, K)
+    same[:, :-1] = decisions[:, 1:] == decisions[:, :-1]
+    return torch.where(same, turn_gamma, gamma).float()
 
 
 @torch.no_grad()
@@ -58,7 +78,7 @@ def gae(
     rewards: torch.Tensor,
     values: torch.Tensor,
     action_mask: torch.Tensor,
-    gamma: float,
+    gamma: float | torch.Tensor,
     lam: float,
     advantage_mask: bool = True,
     valid_mask: torch.Tensor | None = None,
@@ -216,7 +236,7 @@ def reinforce_pp_advantages(
 
 @torch.no_grad()
 def reinforce_pp_turn_advantages(
-    turn_rewards: torch.Tensor, present: torch.Tensor, gamma: float, eps: float = 1e-8
+    turn_rewards: torch.Tensor, present: torch.Tensor, gamma: float | torch.Tensor, eps: float = 1e-8
 ) -> torch.Tensor:
     """REINFORCE++ with credit per turn: each turn's discounted return over the turns after it, whitened over
     every present turn of the batch (each turn counts once, however many tokens it has). -> (N, K).

@@ -20,6 +20,7 @@ from r1trade.rl.advantages import (
     keep_top_groups_by_std,
     reinforce_pp_advantages,
     reinforce_pp_turn_advantages,
+    turn_discounts,
 )
 from r1trade.rl.losses import kl_penalty
 from r1trade.rl.masks import masked_whiten
@@ -170,8 +171,9 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
         values = view.to_trajectories(batch.old_values)
         if config.credit == "turn":
             turns = TurnView.of(batch, view, config.advantage_mask)
+            discount = _turn_discounts(batch, view, turns, config)
             turn_advantages, turn_returns = gae(
-                turns.sum(rewards), turns.first(values), turns.present, config.gamma, config.lam
+                turns.sum(rewards), turns.first(values), turns.present, discount, config.lam
             )  # (N, K) each
             advantages = turns.broadcast(masked_whiten(turn_advantages, turns.present))
             returns = turns.at_first_tokens(turn_returns)
@@ -200,13 +202,24 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
         return replace(batch, advantages=view.to_rows(advantages))
     if config.credit == "turn":
         turns = TurnView.of(batch, view, config.advantage_mask)
-        per_turn = reinforce_pp_turn_advantages(turns.sum(rewards), turns.present, config.gamma)  # (N, K)
+        discount = _turn_discounts(batch, view, turns, config)
+        per_turn = reinforce_pp_turn_advantages(turns.sum(rewards), turns.present, discount)  # (N, K)
         return replace(batch, advantages=view.to_rows(turns.broadcast(per_turn)))
     advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=config.kl_coef)
     return replace(batch, advantages=view.to_rows(advantages))
 
 
 _GROUP_BASELINE = {"grpo": "mean_std", "dr_grpo": "mean", "rloo": "leave_one_out"}
+
+
+def _turn_discounts(
+    batch: RolloutBatch, view: TrajectoryView, turns: TurnView, config: TrainConfig
+) -> float | torch.Tensor:
+    """`gamma`, or per turn `turn_gamma` within a decision and `gamma` between decisions. -> float or (N, K)."""
+    if config.turn_gamma is None:
+        return config.gamma
+    decisions = turns.shared(view.to_trajectories(batch.decision.float())).long()  # (N, K)
+    return turn_discounts(decisions, config.gamma, config.turn_gamma)
 
 
 def _per_decision_advantages(

@@ -1,22 +1,29 @@
 """Checkpoints that resume training exactly: weights, optimizer, scheduler, RNG states and the update count.
 
 A checkpoint is a directory `runs/<name>/checkpoints/step-N/` written under a temporary name and renamed into
-place, so a crash mid-write never leaves a checkpoint that looks complete. Under DeepSpeed ZeRO the optimiser
+place, so a crash or a full disk mid-write never leaves a checkpoint that looks complete, and the previous one
+stays. Nothing in it is a pickle: weights are safetensors, optimizer and random-number states safetensors plus
+JSON (`state_files`), so loading a checkpoint from elsewhere cannot run code. Under DeepSpeed ZeRO the optimiser
 state is sharded across processes: each process writes its shard with DeepSpeed's own checkpointing into
-`deepspeed/`, and a resume needs the same number of processes.
+`deepspeed/` (pickles, which a resume reads only once `deepspeed_files_are_plain` has vetted them), and a resume
+needs the same number of processes.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from r1trade.agent.model import (
     AgentModels,
@@ -27,14 +34,24 @@ from r1trade.agent.model import (
     save_policy,
 )
 from r1trade.config import Config, load_config
-from r1trade.errors import UsageError
+from r1trade.errors import CheckpointError, OutputError, UsageError
+from r1trade.outputs import replace_folder
+from r1trade.rl.state_files import load_state, save_state, state_files
+from r1trade.safe_load import first_line, read_json_object
 
 if TYPE_CHECKING:
     from r1trade.rl.trainer import Trainer
 
 STATE_FILE = "trainer_state.json"
+OPTIMIZER_STEM = "optimizer"
 DEEPSPEED_DIR = "deepspeed"
 DEEPSPEED_TAG = "state"
+DEEPSPEED_GLOBALS = frozenset({
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+})
+"""The classes DeepSpeed's ZeRO shards may name beyond torch's safe types: an enum and two plain records."""
 
 
 @dataclass
@@ -52,30 +69,37 @@ def save_checkpoint(trainer: Trainer) -> Path:
     accelerator = trainer.accelerator
     final = checkpoint_dir(trainer.run_dir, trainer.state.step)
     temporary = final.with_name(f".tmp-{final.name}")
-    if accelerator.is_main_process:
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    if trainer.deepspeed is not None:
-        trainer.deepspeed.save_checkpoint(
-            str(temporary / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True, save_latest=False
+    try:
+        if accelerator.is_main_process:
+            shutil.rmtree(temporary, ignore_errors=True)
+            temporary.mkdir(parents=True)
+        accelerator.wait_for_everyone()
+        if trainer.deepspeed is not None:
+            trainer.deepspeed.save_checkpoint(
+                str(temporary / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True, save_latest=False
+            )
+        save_state(  # every process its own: each sampled its own episodes
+            {
+                "generator": trainer.generator.get_state(),
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                "grad_norm_mean": trainer.grad_norm_mean,
+            },
+            temporary, _rng_stem(accelerator.process_index),
         )
-    torch.save(  # every process its own: each sampled its own episodes
-        {
-            "generator": trainer.generator.get_state(),
-            "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
-            "python": random.getstate(),
-            "grad_norm_mean": trainer.grad_norm_mean,
-        },
-        temporary / _rng_file(accelerator.process_index),
-    )
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        _write_main_state(trainer, temporary)
-        if final.exists():
-            shutil.rmtree(final)
-        temporary.rename(final)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            _write_main_state(trainer, temporary)
+            replace_folder(temporary, final)
+    except (OSError, SafetensorError) as exc:
+        shutil.rmtree(temporary, ignore_errors=True)
+        where = str(getattr(exc, "filename", None) or temporary).replace(str(temporary), str(final))
+        kept = latest_checkpoint(trainer.run_dir)
+        raise OutputError(
+            f"could not write checkpoint {where}: {getattr(exc, 'strerror', None) or first_line(exc)}; "
+            + (f"the last complete checkpoint is {kept}" if kept else "no complete checkpoint yet")
+        ) from None
     accelerator.wait_for_everyone()
     return final
 
@@ -84,13 +108,13 @@ def _write_main_state(trainer: Trainer, directory: Path) -> None:
     save_policy(trainer.models, directory / "policy")
     save_critic(trainer.models, directory / "critic")
     optimizer = trainer.optimizer.state_dict() if trainer.deepspeed is None else None  # else in deepspeed/
-    torch.save({"optimizer": optimizer, "scheduler": trainer.scheduler.state_dict()}, directory / "optimizer.pt")
+    save_state({"optimizer": optimizer, "scheduler": trainer.scheduler.state_dict()}, directory, OPTIMIZER_STEM)
     trainer.config.save(directory)
     (directory / STATE_FILE).write_text(json.dumps(asdict(trainer.state)) + "\n")
 
 
-def _rng_file(process_index: int) -> str:
-    return "rng.pt" if process_index == 0 else f"rng-{process_index}.pt"
+def _rng_stem(process_index: int) -> str:
+    return "rng" if process_index == 0 else f"rng-{process_index}"
 
 
 def checkpoint_step(path: Path) -> int | None:
@@ -118,28 +142,31 @@ def load_checkpoint(path: Path, trainer: Trainer) -> TrainingState:
     _require_complete(path)
     load_policy(trainer.models, path / "policy")
     load_critic(trainer.models, path / "critic")
-    optim = torch.load(path / "optimizer.pt", weights_only=False)
-    written_by_deepspeed = optim["optimizer"] is None
+    optim = load_state(path, OPTIMIZER_STEM)
+    written_by_deepspeed = optim.get("optimizer") is None
     if written_by_deepspeed != (trainer.deepspeed is not None):
         launched = "under DeepSpeed" if written_by_deepspeed else "without DeepSpeed"
         raise UsageError(f"checkpoint '{path}' was written {launched}: resume it the same way")
-    if trainer.deepspeed is not None:  # optimiser shards and fp32 master weights
-        trainer.deepspeed.load_checkpoint(
-            str(path / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, load_module_strict=False, load_lr_scheduler_states=False
-        )
-    else:
-        trainer.optimizer.load_state_dict(optim["optimizer"])
-    trainer.scheduler.load_state_dict(optim["scheduler"])
-    rng_file = path / _rng_file(trainer.accelerator.process_index)
-    if not rng_file.exists():
+    with _damaged_if_refused(path / OPTIMIZER_STEM):
+        if trainer.deepspeed is not None:  # optimiser shards and fp32 master weights
+            require_plain_deepspeed_files(path / DEEPSPEED_DIR)
+            trainer.deepspeed.load_checkpoint(
+                str(path / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, load_module_strict=False, load_lr_scheduler_states=False
+            )
+        else:
+            trainer.optimizer.load_state_dict(optim["optimizer"])
+        trainer.scheduler.load_state_dict(optim["scheduler"])
+    stem = _rng_stem(trainer.accelerator.process_index)
+    if not state_files(path, stem)[0].exists():
         raise UsageError(f"checkpoint '{path}' was written by fewer processes: resume it with as many as wrote it")
-    rng = torch.load(rng_file, weights_only=False)
-    trainer.generator.set_state(rng["generator"])
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
-    trainer.grad_norm_mean = rng["grad_norm_mean"]
-    return TrainingState(**json.loads((path / STATE_FILE).read_text()))
+    rng = load_state(path, stem)
+    with _damaged_if_refused(path / stem):
+        trainer.generator.set_state(rng["generator"])
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        trainer.grad_norm_mean = rng["grad_norm_mean"]
+    return _training_state(path / STATE_FILE)
 
 
 def load_trained_agent(path: Path) -> tuple[Config, AgentModels]:
@@ -151,12 +178,47 @@ def load_trained_agent(path: Path) -> tuple[Config, AgentModels]:
     return config, models
 
 
+def require_plain_deepspeed_files(directory: Path) -> None:
+    """Refuse DeepSpeed's pickled shards unless every object they name is a tensor, a number or a container.
+
+    DeepSpeed reads its shards with a full unpickler; this reads their opcodes first, without running them."""
+    for shard in sorted(directory.rglob("*.pt")):
+        try:
+            named = set(torch.serialization.get_unsafe_globals_in_checkpoint(shard))
+        except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+            raise CheckpointError(f"{shard}: not a readable DeepSpeed shard ({first_line(exc)})") from None
+        foreign = sorted(named - DEEPSPEED_GLOBALS)
+        if foreign:
+            raise CheckpointError(f"{shard}: refused, it would build {foreign[0]} (only plain state is loaded)")
+
+
+@contextmanager
+def _damaged_if_refused(stem: Path) -> Iterator[None]:
+    """A state that parsed but does not fit (a missing key, a wrong shape) is a damaged checkpoint."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+        raise CheckpointError(f"{stem}.json: the saved state does not fit this run ({first_line(exc)})") from None
+
+
+def _training_state(path: Path) -> TrainingState:
+    saved = read_json_object(path)
+    expected = {field.name for field in fields(TrainingState)}
+    if set(saved) != expected or not all(type(value) is int and value >= 0 for value in saved.values()):
+        raise CheckpointError(f"{path}: expected {{'step': N}} with a whole number N, found {json.dumps(saved)[:80]}")
+    return TrainingState(**saved)
+
+
 def _require_complete(path: Path) -> None:
     if not path.is_dir():
         raise UsageError(f"checkpoint not found: '{path}' (look in runs/<name>/checkpoints/)")
-    missing = [
-        name for name in ("policy", "critic", "optimizer.pt", "rng.pt", "config.yaml", STATE_FILE)
-        if not (path / name).exists()
-    ]
+    if (path / "optimizer.pt").exists() and not state_files(path, OPTIMIZER_STEM)[0].exists():
+        raise CheckpointError(
+            f"checkpoint '{path}' keeps its state as pickles (optimizer.pt), which r1trade does not load: "
+            "unpickling can run code"
+        )
+    needed = ["policy", "critic", "config.yaml", STATE_FILE]
+    needed += [file.name for stem in (OPTIMIZER_STEM, _rng_stem(0)) for file in state_files(path, stem)]
+    missing = [name for name in needed if not (path / name).exists()]
     if missing:
         raise UsageError(f"incomplete checkpoint '{path}': missing {', '.join(missing)}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import logging
 from pathlib import Path
 
 import matplotlib
@@ -11,6 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from r1trade.errors import UsageError
+from r1trade.rl.metrics_log import METRICS_FILE, read_records
+
+log = logging.getLogger(__name__)
 
 PANELS: list[tuple[str, list[str]]] = [
     ("episode return and PnL", ["episode_return", "episode_pnl_pct", "buy_and_hold_pct"]),
@@ -23,11 +26,11 @@ PANELS: list[tuple[str, list[str]]] = [
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """The per-update metric rows of a run directory."""
-    path = run_dir / "metrics.jsonl"
+    """The per-update metric rows of a run directory (a cut-short last line is skipped with a warning)."""
+    path = run_dir / METRICS_FILE
     if not path.is_file():
         raise UsageError(f"no metrics in '{run_dir}': expected {path} (a directory written by `r1trade train`)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_records(path)
 
 
 def plot_learning_curves(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
@@ -63,7 +66,8 @@ def plot_learning_curves(run_dir: Path, out_dir: Path | None = None) -> list[Pat
     ax.set_title(f"{run_dir.name}: reward components (weighted, mean per episode)")
     ax.set_xlabel("update")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=3)
+    if names:
+        ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
     components = out_dir / "reward_components.png"
     fig.savefig(components, dpi=110)
@@ -75,11 +79,22 @@ COMPARE_KEYS = ["episode_return", "valid_call_rate", "episode_pnl_pct", "entropy
 
 
 def plot_comparison(run_dirs: list[Path], out: Path, keys: list[str] | None = None) -> Path:
-    """Overlay several runs' curves (one panel per metric, one line per run, labelled by directory name)."""
+    """Overlay several runs' curves (one panel per metric, one line per run, labelled by directory name).
+
+    `out` without a suffix gets `.png` (the path written is returned); any other suffix is refused.
+    """
     if len(run_dirs) < 2:
         raise UsageError("compare at least two run directories")
-    keys = keys or COMPARE_KEYS
+    if out.suffix.lower() not in (".png", "") or not out.name:
+        raise UsageError(f"--out '{out}' is not a .png file: the comparison is drawn as a PNG")
+    out = out if out.suffix else out.with_suffix(".png")
     runs = {run_dir.name: read_metrics(run_dir) for run_dir in run_dirs}
+    known = sorted({key for rows in runs.values() for row in rows for key in row} - {"update"})
+    unknown = [key for key in keys or [] if key not in known]
+    if unknown:
+        listed = ", ".join(known) or "none"
+        raise UsageError(f"no run logs the metric '{unknown[0]}'; known metrics: {listed}")
+    keys = keys or COMPARE_KEYS
     columns = 2
     rows_of_panels = -(-len(keys) // columns)
     fig, axes = plt.subplots(rows_of_panels, columns, figsize=(11, 3.6 * rows_of_panels), sharex=True, squeeze=False)

@@ -3,55 +3,99 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from r1trade.agent.model import load_agent_models
 from r1trade.config import Config
-from r1trade.data.source import load_config_candles
+from r1trade.data.source import asset_configs, asset_labels, load_config_candles
 from r1trade.data.splits import make_splits
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import UsageError
+from r1trade.outputs import clear_run_folder, has_run, locked_run_folder, write_file
 from r1trade.rl.trainer import Trainer
 
 
-def train_run(config: Config, run_dir: Path, *, resume: bool = False, console: Console | None = None) -> Path:
-    """Train `config` into `run_dir` (resuming from its last checkpoint if asked); returns the final checkpoint."""
+def train_run(
+    config: Config, run_dir: Path, *, resume: bool = False, force: bool = False, console: Console | None = None
+) -> Path:
+    """Train `config` into `run_dir` (resuming from its last checkpoint if asked); returns the final checkpoint.
+
+    The run folder is locked for the whole run. A fresh run refuses a folder that holds an earlier run unless
+    `force` clears it; a resumed run rewrites its config only once its checkpoint has loaded."""
     console = console or Console()
-    torch.manual_seed(config.seed)
-    make_envs(config, 1, "train")  # builds (and caches) the market replay, failing early on bad data
-    config.save(run_dir)
-    _record_splits(config, run_dir)
-    models = load_agent_models(config.model, seed=config.seed)
+    if config.train.engine == "trl":  # what TRL cannot honour is refused before the run folder is touched
+        from r1trade.integrations.trl.settings import check_trl_settings
+
+        check_trl_settings(config)
+    with locked_run_folder(run_dir):
+        if not resume and has_run(run_dir):
+            if not force:
+                raise UsageError(
+                    f"run directory '{run_dir}' holds an earlier run: pass --resume {run_dir} to continue it, "
+                    "--force to start over, or choose another name with --set name=..."
+                )
+            clear_run_folder(run_dir)
+        torch.manual_seed(config.seed)
+        make_envs(config, 1, "train")  # builds (and caches) the market replay, failing early on bad data
+        models = load_agent_models(config.model, seed=config.seed) if config.train.engine == "r1trade" else None
+        writer = _tensorboard(run_dir) if config.train.tensorboard else None
+        try:
+            with _progress(config, console) as (progress, task):
+
+                def on_update(metrics: dict) -> None:
+                    progress.update(task, completed=metrics["update"], figures=_figures(metrics))
+                    for warning in metrics.get("warnings", []):
+                        progress.console.print(f"[yellow]update {metrics['update']}: {warning}[/yellow]")
+                    if writer is not None:
+                        _write_scalars(writer, metrics)
+
+                if models is None:  # train.engine trl: TRL's GRPOTrainer on the same env, into this run folder
+                    from r1trade.integrations.trl.engine import TRLTrainer
+
+                    trainer = TRLTrainer(config, run_dir, on_update=on_update)
+                else:
+                    trainer = Trainer(
+                        config, models, lambda n: make_envs(config, n, "train"), run_dir, on_update=on_update
+                    )
+                if resume:
+                    _resume(trainer, run_dir)
+                    progress.update(task, completed=trainer.state.step)
+                write_file(run_dir / "config.yaml", config.to_yaml())
+                _record_splits(config, run_dir)
+                return trainer.train()
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+def _resume(trainer: Trainer, run_dir: Path) -> None:
+    """Load the run's last checkpoint; a run with no checkpoint, or with nothing left to do, is a usage error."""
+    if trainer.resume() is None:
+        raise UsageError(f"cannot resume: '{run_dir}' has no complete checkpoint")
+    done, planned = trainer.state.step, trainer.config.train.updates
+    if done >= planned:
+        raise UsageError(
+            f"cannot resume: '{run_dir}' has finished {done} updates and train.updates is {planned}: "
+            f"raise it to continue (--set train.updates={done + 10})"
+        )
+
+
+@contextmanager
+def _progress(config: Config, console: Console) -> Iterator[tuple[Progress, TaskID]]:
+    """A live progress bar with an update's key figures."""
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[figures]}"), TimeElapsedColumn(), console=console,
     ) as progress:
-        task = progress.add_task(f"{config.train.algorithm} {config.name}", total=config.train.updates, figures="")
-
-        def on_update(metrics: dict) -> None:
-            progress.update(task, completed=metrics["update"], figures=_figures(metrics))
-            for warning in metrics.get("warnings", []):
-                progress.console.print(f"[yellow]update {metrics['update']}: {warning}[/yellow]")
-
-        writer = _tensorboard(run_dir) if config.train.tensorboard else None
-        trainer = Trainer(
-            config, models, lambda n: make_envs(config, n, "train"), run_dir,
-            on_update=lambda m: (on_update(m), writer and _write_scalars(writer, m)),
+        yield progress, progress.add_task(
+            f"{config.train.algorithm} {config.name}", total=config.train.updates, figures=""
         )
-        if resume:
-            checkpoint = trainer.resume()
-            if checkpoint is None:
-                raise UsageError(f"cannot resume: '{run_dir}' has no complete checkpoint")
-            progress.update(task, completed=trainer.state.step)
-        try:
-            return trainer.train()
-        finally:
-            if writer is not None:
-                writer.close()
 
 
 def _figures(metrics: dict) -> str:
@@ -68,9 +112,14 @@ def _figures(metrics: dict) -> str:
 
 
 def _record_splits(config: Config, run_dir: Path) -> None:
-    candles, _ = load_config_candles(config)
-    splits = make_splits(candles, config.data.split).describe()
-    (run_dir / "splits.json").write_text(json.dumps(splits, indent=1) + "\n")
+    """The splits the run used; with several candle files (`data.paths`), each file's, by its label."""
+    described = {}
+    assets = asset_configs(config)
+    for asset, label in zip(assets, asset_labels(assets), strict=True):
+        candles, _ = load_config_candles(asset)
+        described[label] = make_splits(candles, asset.data.split).describe()
+    splits = described if config.data.paths else next(iter(described.values()))
+    write_file(run_dir / "splits.json", json.dumps(splits, indent=1) + "\n")
 
 
 def _tensorboard(run_dir: Path):

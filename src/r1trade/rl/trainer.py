@@ -34,12 +34,15 @@ from r1trade.agent.critic import backbone_hidden
 from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
 from r1trade.agent.rollout import RolloutEngine, TextEnv, Trajectory, sampling_from_config
 from r1trade.config import GROUP_ALGORITHMS, Config
+from r1trade.env.information import information_use
 from r1trade.errors import TrainingInterrupted, UsageError
+from r1trade.outputs import append_line, write_file
 from r1trade.rl.advantages import explained_variance
 from r1trade.rl.batch import RolloutBatch, collate, compute_advantages, filter_top_groups
 from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
 from r1trade.rl.losses import entropy_bonus, kl_penalty, policy_loss, value_loss
 from r1trade.rl.masks import masked_mean
+from r1trade.rl.metrics_log import METRICS_FILE, read_records
 
 EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
 
@@ -113,7 +116,7 @@ class Trainer:
         checkpoint = latest_checkpoint(self.run_dir)
         if checkpoint is not None:
             self.state = load_checkpoint(checkpoint, self)
-            _truncate_metrics(self.run_dir / "metrics.jsonl", self.state.step)
+            _truncate_metrics(self.run_dir / METRICS_FILE, self.state.step)
         return checkpoint
 
     def train(self) -> Path:
@@ -417,8 +420,7 @@ class Trainer:
         if not self.accelerator.is_main_process:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        with (self.run_dir / "metrics.jsonl").open("a") as handle:
-            handle.write(json.dumps(metrics, default=float) + "\n")
+        append_line(self.run_dir / METRICS_FILE, json.dumps(metrics, default=float))
         if self.on_update is not None:
             self.on_update(metrics)
 
@@ -447,6 +449,13 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
     directions = [info["direction_right"] for info in turns if info.get("direction_right") is not None]
     if directions:  # the backtest's Direction Accuracy over this update's (sampled) decisions
         metrics["direction_accuracy"] = sum(directions) / len(directions)
+    use = information_use(turns)
+    if any(info.get("info_tools") is not None for info in turns):
+        metrics["info_call_rate"] = use["info_call_rate"]
+        metrics.update({f"tool_rate/{name}": rate for name, rate in use["tool_rates"].items()})
+        for key in ("accuracy_with_signal", "accuracy_without_signal"):
+            if use[key] is not None:
+                metrics[f"direction_{key}"] = use[key]
     episodes = [t.final_info["episode"] for t in trajectories if "episode" in t.final_info]
     if episodes:
         metrics["episode_pnl_pct"] = sum(e["return_pct"] for e in episodes) / len(episodes)
@@ -492,8 +501,8 @@ def _chunks(n: int, size: int) -> list[torch.Tensor]:
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop log lines of updates after `step` (they were not checkpointed and will be redone)."""
-    if not path.exists():
-        return
-    lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["update"] <= step]
-    path.write_text("".join(line + "\n" for line in lines))
+    """Drop log records of updates after `step` (they were not checkpointed and will be redone), and any line a
+    crash cut short."""
+    if path.exists():
+        kept = [record for record in read_records(path) if record["update"] <= step]
+        write_file(path, "".join(json.dumps(record) + "\n" for record in kept))

@@ -1,0 +1,137 @@
+"""Walk-forward evaluation: the backtest repeated on K consecutive folds of the evaluated data, then pooled.
+
+One backtest window says little: a strategy can win in one regime and lose in the next. The folds are cut from
+the evaluation split (`backtest.split`), or, with span "all", from every bar after the train split (less the
+`data.split.embargo_bars` bars that follow it). Consecutive folds are `data.split.embargo_bars` bars apart, as
+consecutive splits are: a model trained on everything before a fold is then embargoed from it exactly as the
+train split is from the test split. Fold sizes differ by at most one bar. Each fold is backtested on its own:
+every strategy starts flat with the initial cash at the fold's first evaluated bar (a model's, after its
+warm-up, when models run), its signals computed from the whole span so that indicators have their history.
+
+The pooled run of a strategy chains its folds (`pooled_run`); `r1trade.backtest.report.POOLED_NOTE` defines
+its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from r1trade.backtest.metrics import action_entropy, compute_metrics
+from r1trade.backtest.report import ReportContext, StrategyRun
+from r1trade.data.splits import Splits
+from r1trade.errors import UsageError
+
+SPANS = ("split", "all")
+"""Where folds are cut from: the evaluation split, or every bar after the train split."""
+MIN_FOLD_DECISIONS = 2
+"""Scored decisions a fold needs at least."""
+
+
+def fold_bounds(bars: int, folds: int, embargo: int) -> list[tuple[int, int]]:
+    """(first, last) positions, inclusive, of `folds` consecutive folds of `bars` bars, `embargo` bars apart.
+
+    The bars left after the gaps are shared out as evenly as possible, the earlier folds taking one extra.
+    """
+    if folds < 2:
+        raise UsageError(f"--walk-forward {folds}: use 2 or more folds")
+    usable = bars - (folds - 1) * embargo
+    size, extra = divmod(max(usable, 0), folds)
+    if size < 1:
+        raise UsageError(
+            f"--walk-forward {folds}: {bars} bars cannot hold {folds} folds {embargo} bars apart "
+            "(data.split.embargo_bars); use fewer folds"
+        )
+    bounds, first = [], 0
+    for k in range(folds):
+        last = first + size + (k < extra) - 1
+        bounds.append((first, last))
+        first = last + 1 + embargo
+    return bounds
+
+
+def after_train(candles: pd.DataFrame, splits: Splits, embargo: int) -> pd.DataFrame:
+    """Every bar after the train split, less the `embargo` bars right after it (span "all")."""
+    start = int(candles.index.searchsorted(splits.train.index[-1], side="right")) + embargo
+    span = candles.iloc[start:]
+    span.attrs = dict(candles.attrs)
+    return span
+
+
+def fold_contexts(context: ReportContext, folds: int) -> list[ReportContext]:
+    """The context restricted to each fold of its split (or span); a fold must hold `MIN_FOLD_DECISIONS`."""
+    bounds = fold_bounds(len(context.split_candles), folds, context.config.data.split.embargo_bars)
+    contexts = [replace(context, first_bar=first, last_bar=last) for first, last in bounds]
+    for number, fold in enumerate(contexts, start=1):
+        if len(fold.decision_bars) < MIN_FOLD_DECISIONS:
+            every = context.config.env.decision_every
+            raise UsageError(
+                f"--walk-forward {folds}: fold {number} has {len(fold.candles)} bars, too few for "
+                f"{MIN_FOLD_DECISIONS} decisions every {every} bars (env.decision_every); use fewer folds"
+            )
+    return contexts
+
+
+def pooled_run(runs: Sequence[StrategyRun], contexts: Sequence[ReportContext]) -> StrategyRun:
+    """One strategy's fold runs (in fold order, with their contexts) chained into one run (see POOLED_NOTE).
+
+    Each fold's curve starts flat at the initial cash; fold k's is scaled by the pooled equity at the end of
+    fold k - 1 over its first value and joined without its first bar, so the pooled per-bar returns are the
+    folds' returns. Trades gain a `fold` column (from 1) and their money is scaled the same way.
+    """
+    pieces, trades, scales = [], [], []
+    level = float(runs[0].equity.iloc[0])
+    for k, run in enumerate(runs):
+        scale = level / float(run.equity.iloc[0])
+        piece = run.equity * scale
+        pieces.append(piece if k == 0 else piece.iloc[1:])
+        trades.append(_scaled_trades(run.trades, scale).assign(fold=k + 1))
+        scales.append(scale)
+        level = float(piece.iloc[-1])
+    equity = pd.concat(pieces).rename("equity")
+    all_trades = pd.concat([t for t in trades if not t.empty] or trades[:1], ignore_index=True)
+    settings = contexts[0].config.backtest
+    metrics = compute_metrics(
+        equity,
+        trades=all_trades,
+        bars_per_year=contexts[0].bars_per_year,
+        risk_free_rate=settings.risk_free_rate,
+        min_annualise_days=settings.min_annualise_days,
+    )
+    bars = np.array([len(context.candles) for context in contexts], dtype=float)
+    count = np.array([run.metrics["# Trades"] for run in runs], dtype=float)
+    wins = np.array([run.metrics["Win Rate [%]"] for run in runs], dtype=float)
+    hits = np.concatenate([run.hits for run in runs]) if all(run.hits is not None for run in runs) else None
+    actions = tuple(action for run in runs for action in run.actions)
+    metrics.update({
+        "Exposure Time [%]": float(np.dot([r.metrics["Exposure Time [%]"] for r in runs], bars) / bars.sum()),
+        "# Trades": float(count.sum()),
+        "Win Rate [%]": float(np.nansum(wins * count) / count.sum()) if count.sum() > 0 else float("nan"),
+        "Fees Paid": float(np.dot([run.metrics["Fees Paid"] for run in runs], scales)),
+        "Turnover": float(
+            sum(run.metrics["Turnover"] * run.equity.mean() * s for run, s in zip(runs, scales, strict=True))
+            / equity.mean()
+        ),
+        "Direction Accuracy [%]": 100.0 * float(hits.mean()) if hits is not None else float("nan"),
+        "Action Entropy [nats]": action_entropy(actions) if actions else float("nan"),
+    })
+    return StrategyRun(
+        name=runs[0].name,
+        equity=equity,
+        trades=all_trades,
+        metrics=metrics,
+        note=f"pooled over {len(runs)} walk-forward folds (see each fold's notes)",
+        hits=hits,
+        actions=actions,
+    )
+
+
+def _scaled_trades(trades: pd.DataFrame, scale: float) -> pd.DataFrame:
+    """Trades with their money (units, fees, PnL) scaled; prices and returns in per cent are unchanged."""
+    money = [column for column in ("units", "fees", "pnl") if column in trades]
+    scaled = trades.copy()
+    scaled[money] = scaled[money] * scale
+    return scaled

@@ -1,0 +1,46 @@
+"""How a policy uses its information tools, from the env's step infos: the same figures in training and reports.
+
+A decision is the turn that ended it (a trade tool or a forced hold); its info lists, under `info_tools`, the
+information tools called before it in the same decision. `get_changes` is the tool that carries the recent price
+changes under `env.observation: price_only`, the signal a planted-edge market rewards.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+SIGNAL_TOOL = "get_changes"
+
+
+def information_use(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Over the decisions among `infos` (step infos of any turns):
+
+    - `info_call_rate`: the share of decisions whose trade came after at least one information call;
+    - `tool_rates`: per tool, the share of decisions that called it (once or more);
+    - `accuracy_with_signal` / `accuracy_without_signal`: direction accuracy of the decisions that did or did not
+      call `get_changes` (None where there are none).
+    Empty (no decisions): rates 0.0 and accuracies None.
+
+    >>> decisions = [
+    ...     {"info_tools": ["get_changes"], "direction_right": True},
+    ...     {"info_tools": ["get_candles", "get_changes"], "direction_right": False},
+    ...     {"info_tools": [], "direction_right": True},
+    ...     {"info_tools": None},  # an information turn: not a decision
+    ... ]
+    >>> use = information_use(decisions)
+    >>> use["info_call_rate"], use["tool_rates"], use["accuracy_with_signal"], use["accuracy_without_signal"]
+    (0.6666666666666666, {'get_candles': 0.3333333333333333, 'get_changes': 0.6666666666666666}, 0.5, 1.0)
+    """
+    decisions = [info for info in infos if info.get("info_tools") is not None]
+    count = len(decisions)
+    called = Counter(name for info in decisions for name in set(info["info_tools"]))
+    with_signal = [bool(info["direction_right"]) for info in decisions if SIGNAL_TOOL in info["info_tools"]]
+    without = [bool(info["direction_right"]) for info in decisions if SIGNAL_TOOL not in info["info_tools"]]
+    return {
+        "info_call_rate": sum(bool(info["info_tools"]) for info in decisions) / count if count else 0.0,
+        "tool_rates": {name: called[name] / count for name in sorted(called)},
+        "accuracy_with_signal": sum(with_signal) / len(with_signal) if with_signal else None,
+        "accuracy_without_signal": sum(without) / len(without) if without else None,
+    }

@@ -1,0 +1,1 @@
+"""r1trade's trading environment inside other training libraries (`trl`: TRL's GRPOTrainer)."""

@@ -1,0 +1,131 @@
+"""`r1trade train` with `train.engine: trl`: TRL's GRPOTrainer on `TradingToolEnv`, into r1trade's run folder.
+
+`TRLTrainer` stands where `r1trade.rl.trainer.Trainer` stands in `r1trade.rl.run.train_run` (same lock, same
+`--force`, same progress bar, `config.yaml` and `splits.json`), builds the GRPOTrainer from the run's config
+(`settings`), and writes r1trade's metrics and checkpoints (`run_log`, `checkpoints`). Generation and scoring run
+the model as transformers builds it (no oneDNN linears, no decoding kernel, SDPA attention), as on any GPU.
+
+The model's chat template must be one whose tool calls TRL parses (`add_response_schema`: Qwen 2.5/3, Llama 3.1/3.2,
+GLM-4-MoE, gpt-oss, ...) and whose call syntax is r1trade's `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
+(the Qwen templates): the env's system prompt and the warm start teach that syntax. `tiny-random-qwen` is the
+built-in model with such a template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from accelerate.utils import DistributedType
+from datasets import Dataset
+from peft import LoraConfig as PeftLoraConfig
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.chat_template_utils import add_response_schema, parse_response
+
+from r1trade.agent.attention import ROLLOUT_ATTENTIONS
+from r1trade.agent.model import load_base_model
+from r1trade.config import Config, ModelConfig
+from r1trade.errors import ConfigError, TrainingInterrupted, UsageError
+from r1trade.integrations.trl.environment import environment_factory, window_rows
+from r1trade.integrations.trl.run_log import RunLog
+from r1trade.integrations.trl.settings import grpo_arguments
+from r1trade.rl.checkpoint import checkpoint_dir, latest_checkpoint
+from r1trade.safe_load import first_line
+
+_PROBE_CALL = '<tool_call>{"name": "hold", "arguments": {"view": "neutral"}}</tool_call>'
+_PROBE_PARSED = [{"type": "function", "function": {"name": "hold", "arguments": {"view": "neutral"}}}]
+
+
+class TRLTrainer:
+    """Trains `config` with TRL's GRPOTrainer into `run_dir`; `on_update` gets each update's metrics record."""
+
+    def __init__(self, config: Config, run_dir: Path, *, on_update: Callable[[dict], None] | None = None) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        try:
+            args = GRPOConfig(**grpo_arguments(config, run_dir))
+        except (TypeError, ValueError) as exc:  # an unknown or invalid train.trl_args entry
+            raise ConfigError(f"train.engine trl: GRPOConfig refused the settings: {first_line(exc)}") from None
+        _refuse_sharded_weights(args)
+        model, tokenizer = _plain_model(config.model)
+        require_r1trade_calls(tokenizer, config.model.name_or_path)
+        if not config.model.lora.enabled and args.beta > 0 and not Path(model.config._name_or_path).is_dir():
+            raise ConfigError(
+                f"train.engine trl: full fine-tuning with train.kl_coef > 0 needs a model directory TRL can load its "
+                f"reference from; '{config.model.name_or_path}' has none: enable model.lora or set train.kl_coef 0"
+            )
+        self.log = RunLog(config, run_dir, on_update=on_update)
+        groups = config.rollout.num_envs // config.train.group_size * args.world_size  # windows per update
+        self.trainer = GRPOTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(window_rows(config, config.train.updates * groups)),
+            processing_class=tokenizer,
+            peft_config=_peft_config(config.model),
+            environment_factory=environment_factory(config, on_episode=self.log.add_episode),
+            callbacks=[self.log],
+        )
+        self.trainer.remove_callback(PrinterCallback)  # r1trade prints its own progress
+
+    def resume(self) -> Path | None:
+        raise UsageError("train.engine trl cannot resume a run: start it over with --force")
+
+    def train(self) -> Path:
+        """Run every update; return the final checkpoint."""
+        try:
+            self.trainer.train()
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(latest_checkpoint(self.run_dir)) from None
+        return checkpoint_dir(self.run_dir, self.config.train.updates)  # (written by the main process)
+
+
+def _refuse_sharded_weights(args: GRPOConfig) -> None:
+    """r1trade's checkpoints save the policy from the main process, which must hold the whole weights."""
+    plugin = args.deepspeed_plugin
+    if (plugin is not None and plugin.zero_stage == 3) or args.distributed_state.distributed_type == DistributedType.FSDP:
+        raise UsageError(
+            "train.engine trl saves r1trade checkpoints from the main process, which needs the whole weights: launch "
+            "with DDP or DeepSpeed ZeRO stage 1 or 2, not ZeRO-3 or FSDP"
+        )
+
+
+def _plain_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The base model and tokenizer with transformers' own linears and attention (TRL generates with `generate` and
+    scores with gradients, where r1trade's CPU fast paths bring nothing)."""
+    plain = model_config.model_copy(update={"onednn": False, "attention_kernel": False})
+    model, tokenizer = load_base_model(plain)
+    if model.config._attn_implementation in ROLLOUT_ATTENTIONS:
+        model.set_attn_implementation("sdpa")
+    return model, tokenizer
+
+
+def require_r1trade_calls(tokenizer: PreTrainedTokenizerBase, name: str) -> None:
+    """Set the tokenizer's response template (TRL's `add_response_schema`), and refuse a chat template that TRL
+    cannot parse tool calls from, or whose call syntax is not r1trade's (TRL would read none of the model's calls)."""
+    try:
+        add_response_schema(tokenizer)
+    except ValueError:
+        raise ConfigError(
+            f"train.engine trl: model '{name}' has a chat template TRL parses no tool calls from; use a model with a "
+            "Qwen 2.5/3 template (e.g. tiny-random-qwen)"
+        ) from None
+    prefix = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                           add_generation_prompt=True)
+    ids = tokenizer(f"Flat.\n{_PROBE_CALL}", add_special_tokens=False)["input_ids"]
+    parsed = parse_response(tokenizer, ids, prefix=tokenizer(prefix, add_special_tokens=False)["input_ids"])
+    if parsed.get("tool_calls") != _PROBE_PARSED:
+        raise ConfigError(
+            f"train.engine trl: the chat template of model '{name}' calls tools in another syntax than r1trade's "
+            "<tool_call>{...}</tool_call>, which its prompt and warm start teach; use a model with a Qwen template"
+        )
+
+
+def _peft_config(model_config: ModelConfig) -> PeftLoraConfig | None:
+    """The LoRA adapter of `model.lora` (as r1trade's own loop builds it), or None for full fine-tuning."""
+    lora = model_config.lora
+    if not lora.enabled:
+        return None
+    targets = "all-linear" if lora.target_modules == ["all-linear"] else lora.target_modules
+    return PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                          task_type="CAUSAL_LM")
