@@ -13,7 +13,7 @@ from r1trade.data.store import (
     timeframe_to_timedelta,
     validate_candles,
 )
-from r1trade.errors import DataError, UsageError
+from r1trade.errors import DataError, OutputError, UsageError
 
 
 def test_parquet_and_csv_round_trip_keep_values_and_metadata(candles, tmp_path: Path):
@@ -104,7 +104,7 @@ def test_failed_write_leaves_existing_file_intact(candles, tmp_path: Path, monke
         raise OSError("disk full")
 
     monkeypatch.setattr("pyarrow.parquet.write_table", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match=f"could not write {path}: disk full"):
         save_candles(candles.iloc[:10], path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["c.parquet"]

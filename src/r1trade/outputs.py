@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -73,14 +73,23 @@ def write_folder(final: Path, files: dict[str, str | bytes]) -> list[Path]:
 
 def write_file(path: Path, content: str | bytes) -> Path:
     """Write one file under a temporary name and rename it into place: readers see the old or the new file."""
+    return write_through(path, lambda temporary: _write(temporary, content))
+
+
+def write_through(path: Path, write: Callable[[Path], None]) -> Path:
+    """Call `write(temporary)`, then rename the temporary file over `path`; on failure `path` is untouched and the
+    error names it. For writers that take a path (Parquet, matplotlib)."""
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write(temporary, content)
+        write(temporary)
         os.replace(temporary, path)
     except OSError as exc:
         temporary.unlink(missing_ok=True)
         raise OutputError(f"could not write {path}: {_reason(exc)}") from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -7,8 +7,6 @@ Canonical candles: a DataFrame indexed by a tz-aware UTC `timestamp` (the bar's 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from r1trade.errors import DataError, UsageError
+from r1trade.outputs import write_through
 
 COLUMNS = ("open", "high", "low", "close", "volume")
 META_KEYS = ("symbol", "timeframe", "source")
@@ -74,20 +73,6 @@ def candles_from_ohlcv(rows: list[list[float]], *, symbol: str, timeframe: str, 
 # --------------------------------------------------------------------------- storage
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Call `write(tmp_path)` then rename over `path`, so a failure never leaves a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_candles(candles: pd.DataFrame, path: str | Path) -> Path:
     """Write candles atomically as Parquet (`.parquet`) or canonical CSV (`.csv`), keeping the metadata."""
     path = Path(path)
@@ -95,12 +80,12 @@ def save_candles(candles: pd.DataFrame, path: str | Path) -> Path:
     if path.suffix == ".parquet":
         table = pa.Table.from_pandas(candles[list(COLUMNS)], preserve_index=True)
         table = table.replace_schema_metadata({**table.schema.metadata, _PARQUET_META_KEY: json.dumps(meta)})
-        _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+        write_through(path, lambda tmp: pq.write_table(table, tmp))
     elif path.suffix == ".csv":
         frame = candles[list(COLUMNS)].copy()
         frame.index = frame.index.strftime("%Y-%m-%dT%H:%M:%SZ")
         header = "# " + json.dumps(meta) + "\n"
-        _atomic_write(path, lambda tmp: tmp.write_text(header + frame.to_csv(float_format="%.10g")))
+        write_through(path, lambda tmp: tmp.write_text(header + frame.to_csv(float_format="%.10g")))
     else:
         raise UsageError(f"cannot write '{path}': use a .parquet or .csv file name")
     return path

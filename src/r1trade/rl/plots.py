@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from r1trade.errors import UsageError
+from r1trade.outputs import write_through
 from r1trade.rl.metrics_log import METRICS_FILE, read_records
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def plot_learning_curves(run_dir: Path, out_dir: Path | None = None) -> list[Pat
     fig.suptitle(f"{run_dir.name}: learning curves")
     fig.tight_layout()
     curves = out_dir / "learning_curves.png"
-    fig.savefig(curves, dpi=110)
+    write_through(curves, lambda temporary: fig.savefig(temporary, dpi=110, format="png"))
     plt.close(fig)
 
     names = sorted({key for row in rows for key in row if key.startswith("reward/")})
@@ -70,7 +71,7 @@ def plot_learning_curves(run_dir: Path, out_dir: Path | None = None) -> list[Pat
         ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
     components = out_dir / "reward_components.png"
-    fig.savefig(components, dpi=110)
+    write_through(components, lambda temporary: fig.savefig(temporary, dpi=110, format="png"))
     plt.close(fig)
     return [curves, components]
 
@@ -111,7 +112,7 @@ def plot_comparison(run_dirs: list[Path], out: Path, keys: list[str] | None = No
         ax.set_xlabel("update")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    write_through(out, lambda temporary: fig.savefig(temporary, dpi=110, format="png"))
     plt.close(fig)
     return out
 
@@ -140,6 +141,6 @@ def plot_probe(records: list[dict], out: Path, *, title: str = "") -> Path:
     ax.legend()
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    write_through(out, lambda temporary: fig.savefig(temporary, dpi=110, format="png"))
     plt.close(fig)
     return out
