@@ -183,7 +183,8 @@ def test_scripted_windows_give_trades_with_reasoning_and_consistent_books() -> N
     held = np.array([1, 1, -1, 0, 1, 1, -1, -1])
     candles = context.split_candles
     move = candles["close"].to_numpy()[bars + 4] - candles["open"].to_numpy()[bars + 1]
-    assert run.metrics["Direction Accuracy [%]"] == pytest.approx(100 * np.mean(held * np.sign(move) > 0))
+    right = held * np.sign(move) > 0
+    assert run.metrics["Direction Accuracy [%]"] == pytest.approx(100 * np.mean(right))
     # actions long 2, short 2, hold 3 (a forced hold is a hold), close 1, of 8
     shares = np.array([2, 2, 3, 1]) / 8
     assert run.metrics["Action Entropy [nats]"] == pytest.approx(-(shares * np.log(shares)).sum(), rel=1e-12)
@@ -199,6 +200,8 @@ def test_scripted_windows_give_trades_with_reasoning_and_consistent_books() -> N
         "Action Mix: Forced Hold [%]": 12.5,
         "Info Calls [%]": 12.5,  # one of 8 decisions traded after an information call (get_portfolio is not one)
         "Tool Calls: get_candles [%]": 12.5,
+        # each decision index over the two windows (decisions k and k + 4 of the eight)
+        **{f"Direction Accuracy, decision {k + 1} [%]": 100 * np.mean(right[[k, k + 4]]) for k in range(4)},
     })
 
 

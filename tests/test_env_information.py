@@ -13,7 +13,7 @@ from r1trade.agent.model import build_tiny_tokenizer
 from r1trade.agent.rollout import ChatTokens
 from r1trade.agent.warmstart import collect_demonstrations, random_decision
 from r1trade.config import load_config
-from r1trade.env.information import information_use
+from r1trade.env.information import accuracy_by_decision, information_use
 from r1trade.env.parsing import ParseError, parse_tool_call
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
@@ -70,6 +70,18 @@ def test_information_use_by_hand() -> None:
     assert information_use([]) == {
         "info_call_rate": 0.0, "tool_rates": {}, "accuracy_with_signal": None, "accuracy_without_signal": None
     }
+
+
+def test_accuracy_by_decision_index_by_hand() -> None:
+    infos = [
+        {"decision_index": 0, "direction_right": True},
+        {"decision_index": 1, "direction_right": True},
+        {"decision_index": 0, "direction_right": False},
+        {"decision_index": 1, "direction_right": True},
+        {"decision_index": 2, "direction_right": False},
+        {"decision_index": 2, "direction_right": None},  # an information turn
+    ]
+    assert accuracy_by_decision(infos) == {0: 0.5, 1: 1.0, 2: 0.0}
 
 
 def test_random_decisions_look_zero_to_two_times_then_trade_restating_only_what_a_tool_returned() -> None:

@@ -36,7 +36,7 @@ from r1trade.backtest.metrics import compute_metrics, decision_hits, held_moves
 from r1trade.backtest.report import ReportContext, StrategyRun
 from r1trade.config import Config
 from r1trade.data.synthetic import DecisionGrid, decision_grid
-from r1trade.env.information import SIGNAL_TOOL, information_use
+from r1trade.env.information import SIGNAL_TOOL, accuracy_by_decision, information_use
 from r1trade.errors import DataError
 
 if TYPE_CHECKING:
@@ -163,13 +163,16 @@ def turn_stats(infos: Sequence[dict[str, Any]]) -> dict[str, float]:
     A valid tool call parsed and was accepted by its tool; a malformed turn did not parse (no call, bad JSON,
     unknown tool, bad arguments); a call the tool refused is neither. The action mix is over decisions, and so are
     the information rows (`r1trade.env.information`): the share of decisions whose trade followed an information
-    call, each tool's share, and, once `get_changes` was called, direction accuracy with and without it.
+    call, each tool's share, and, once `get_changes` was called, direction accuracy with and without it; with
+    windows of several decisions, direction accuracy at each decision index.
     """
     decisions = [info for info in infos if info["decision_done"]]
     mix = Counter(_action_kind(info) for info in decisions)
     valid = sum(info["parse_error"] is None and info["tool_error"] is None for info in infos)
     malformed = sum(info["parse_error"] is not None for info in infos)
     use = information_use(decisions)
+    by_index = {f"Direction Accuracy, decision {k + 1} [%]": 100.0 * share
+                for k, share in accuracy_by_decision(decisions).items()}
     split = {
         f"Direction Accuracy, {SIGNAL_TOOL} {when} [%]": None if share is None else 100.0 * share
         for when, share in (("called", use["accuracy_with_signal"]), ("not called", use["accuracy_without_signal"]))
@@ -182,6 +185,7 @@ def turn_stats(infos: Sequence[dict[str, Any]]) -> dict[str, float]:
         "Info Calls [%]": 100.0 * use["info_call_rate"],
         **{f"Tool Calls: {name} [%]": 100.0 * rate for name, rate in use["tool_rates"].items()},
         **(split if SIGNAL_TOOL in use["tool_rates"] else {}),
+        **(by_index if len(by_index) > 1 else {}),
     }
 
 

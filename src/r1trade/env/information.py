@@ -1,4 +1,5 @@
-"""How a policy uses its information tools, from the env's step infos: the same figures in training and reports.
+"""How a policy uses its information tools, and how it fares decision by decision, from the env's step infos: the
+same figures in training and reports.
 
 A decision is the turn that ended it (a trade tool or a forced hold); its info lists, under `info_tools`, the
 information tools called before it in the same decision. `get_changes` is the tool that carries the recent price
@@ -44,3 +45,20 @@ def information_use(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "accuracy_with_signal": sum(with_signal) / len(with_signal) if with_signal else None,
         "accuracy_without_signal": sum(without) / len(without) if without else None,
     }
+
+
+def accuracy_by_decision(infos: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+    """Direction accuracy at each decision index of an episode (0 = its first decision), over the decisions among
+    `infos`: a policy that learned only the first decision of an episode shows it here.
+
+    >>> accuracy_by_decision([
+    ...     {"decision_index": 0, "direction_right": True}, {"decision_index": 1, "direction_right": False},
+    ...     {"decision_index": 0, "direction_right": False}, {"decision_index": 1, "direction_right": None},
+    ... ])
+    {0: 0.5, 1: 0.0}
+    """
+    hits: dict[int, list[bool]] = {}
+    for info in infos:
+        if info.get("direction_right") is not None:
+            hits.setdefault(int(info["decision_index"]), []).append(bool(info["direction_right"]))
+    return {index: sum(right) / len(right) for index, right in sorted(hits.items())}

@@ -34,7 +34,7 @@ from r1trade.agent.critic import backbone_hidden
 from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
 from r1trade.agent.rollout import RolloutEngine, TextEnv, Trajectory, sampling_from_config
 from r1trade.config import GROUP_ALGORITHMS, Config
-from r1trade.env.information import information_use
+from r1trade.env.information import accuracy_by_decision, information_use
 from r1trade.errors import TrainingInterrupted, UsageError
 from r1trade.outputs import append_line, write_file
 from r1trade.rl.advantages import explained_variance
@@ -449,6 +449,9 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
     directions = [info["direction_right"] for info in turns if info.get("direction_right") is not None]
     if directions:  # the backtest's Direction Accuracy over this update's (sampled) decisions
         metrics["direction_accuracy"] = sum(directions) / len(directions)
+    by_index = accuracy_by_decision(turns)
+    if len(by_index) > 1:
+        metrics.update({f"direction_accuracy/decision_{k + 1}": share for k, share in by_index.items()})
     use = information_use(turns)
     if any(info.get("info_tools") is not None for info in turns):
         metrics["info_call_rate"] = use["info_call_rate"]
