@@ -20,7 +20,7 @@ def _fixture(tmp_path: Path) -> tuple[Path, Path]:
     (report / "metrics.json").write_text(json.dumps({
         "decisions": {"count": 240, "every": 4},
         "strategies": {
-            "agent (step-3)": _row(78.75, 12.5),
+            "agent (step-3)": {**_row(78.75, 12.5), "Info Calls [%]": 92.5},
             "base model": _row(50.0, -1.25),
             "oracle": _row(80.0, 20.0),
             "buy_and_hold": _row(None, 3.0),
@@ -48,6 +48,7 @@ def test_a_record_joins_held_out_rows_with_the_training_cost(tmp_path: Path) -> 
         "level": "planted_edge", "variant": "rloo", "model": "SmolLM2 + LoRA", "heldout_decisions": 240,
         "direction_accuracy": 0.7875, "return_pct": 12.5, "warmstart_direction_accuracy": 0.5,
         "warmstart_return_pct": -1.25, "oracle_return_pct": 20.0, "buy_and_hold_return_pct": 3.0,
+        "info_call_rate": 0.925, "warmstart_info_call_rate": None,  # the warm start's row has no Info Calls
         "updates": 3, "train_minutes": 7.0, "command": "r1trade backtest ...",
     }
 
@@ -73,7 +74,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
     args = ["ladder-record", "--report", str(report), "--checkpoint", str(checkpoint), "--level", "bitcoin",
             "--variant", "v", "--command", "c", "--model", "m", "--ladder", str(tmp_path / "l.json")]
     assert main(args) != 0
-    assert "--level must be planted_edge or btc" in capsys.readouterr().err
+    assert "--level must be one of planted_edge, btc, tool_gated, multi_decision" in capsys.readouterr().err
 
 
 def test_the_command_writes_the_ladder(tmp_path: Path, capsys) -> None:

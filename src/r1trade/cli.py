@@ -468,7 +468,7 @@ def probe_run_command(
 def ladder_record_command(
     report: Annotated[Path, typer.Option(help="a backtest report directory (its metrics.json)")],
     checkpoint: Annotated[Path, typer.Option(help="the evaluated checkpoint, runs/<name>/checkpoints/step-N")],
-    level: Annotated[str, typer.Option(help="planted_edge or btc")],
+    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated or multi_decision")],
     variant: Annotated[str, typer.Option(help="what the run is, e.g. 'rloo turn-level, full masks, seed 0'")],
     command: Annotated[str, typer.Option(help="the backtest command that wrote the report")],
     model: Annotated[str, typer.Option(help="the model and adapter, as the record should name them")],
@@ -478,10 +478,10 @@ def ladder_record_command(
     ladder: Annotated[Path, typer.Option(help="the ladder file")] = Path("docs/results/ladder.json"),
 ) -> None:
     """Add a learning run's held-out figures to docs/results/ladder.json (one record per level and variant)."""
-    from r1trade.backtest.ladder import add_record, ladder_record
+    from r1trade.backtest.ladder import LEVELS, add_record, ladder_record
 
-    if level not in ("planted_edge", "btc"):
-        raise UsageError(f"--level must be planted_edge or btc, not '{level}'")
+    if level not in LEVELS:
+        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
     record = ladder_record(report, checkpoint, level=level, variant=variant, model=model, command=command,
                            agent=agent, warmstart=warmstart)  # type: ignore[arg-type]
     records = add_record(ladder, record)

@@ -3,10 +3,14 @@
 A record joins what a held-out backtest measured (its `metrics.json`) with what the training run cost (its
 `metrics.jsonl` up to the checkpoint that was evaluated):
 
-    {"level": "planted_edge" | "btc", "variant": str, "model": str, "heldout_decisions": int,
-     "direction_accuracy": float (0-1), "return_pct": float, "warmstart_direction_accuracy": float,
-     "warmstart_return_pct": float, "oracle_return_pct": float | null, "buy_and_hold_return_pct": float,
+    {"level": "planted_edge" | "btc" | "tool_gated" | "multi_decision", "variant": str, "model": str,
+     "heldout_decisions": int, "direction_accuracy": float (0-1), "return_pct": float,
+     "warmstart_direction_accuracy": float, "warmstart_return_pct": float, "oracle_return_pct": float | null,
+     "buy_and_hold_return_pct": float, "info_call_rate": float | null, "warmstart_info_call_rate": float | null,
      "updates": int, "train_minutes": float, "command": str}
+
+`info_call_rate` is the share of held-out decisions whose trade followed an information call (the report's
+`Info Calls [%]` as a fraction; null where the report has none).
 
 `train_minutes` adds up the rollout, scoring and optimisation seconds of every update the checkpoint has seen
 (checkpoint writes and start-up excluded). A record with the same level and variant as an older one replaces it.
@@ -22,7 +26,8 @@ from r1trade.errors import UsageError
 from r1trade.outputs import write_file
 from r1trade.rl.metrics_log import METRICS_FILE, read_records
 
-Level = Literal["planted_edge", "btc"]
+Level = Literal["planted_edge", "btc", "tool_gated", "multi_decision"]
+LEVELS: tuple[str, ...] = Level.__args__
 PHASES = ("rollout_seconds", "score_seconds", "update_seconds")
 AGENT_PREFIX = "agent ("
 
@@ -61,6 +66,8 @@ def ladder_record(
         "warmstart_return_pct": rows["warm start"]["Return [%]"],
         "oracle_return_pct": None if oracle is None else oracle["Return [%]"],
         "buy_and_hold_return_pct": rows["buy and hold"]["Return [%]"],
+        "info_call_rate": _fraction(rows["agent"].get("Info Calls [%]")),
+        "warmstart_info_call_rate": _fraction(rows["warm start"].get("Info Calls [%]")),
         "updates": updates,
         "train_minutes": round(seconds / 60, 1),
         "command": command,
