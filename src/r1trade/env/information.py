@@ -60,5 +60,5 @@ def accuracy_by_decision(infos: Sequence[Mapping[str, Any]]) -> dict[int, float]
     hits: dict[int, list[bool]] = {}
     for info in infos:
         if info.get("direction_right") is not None:
-            hits.setdefault(int(info["decision_index"]), []).append(bool(info["direction_right"]))
+            hits.setdefault(int(info.get("decision_index", 0)), []).append(bool(info["direction_right"]))
     return {index: sum(right) / len(right) for index, right in sorted(hits.items())}
