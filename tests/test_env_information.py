@@ -40,19 +40,21 @@ def test_the_price_only_observation_shows_no_change_or_indicator() -> None:
     assert CHANGES.match(reply.splitlines()[0]) and reply.splitlines()[0] == change_line  # the same figures
 
 
-def test_the_information_reward_is_paid_once_per_decision_and_the_trade_lists_the_tools() -> None:
-    config = load_config("smoke", [*PRICE_ONLY, "rewards.info_call=0.3"])
+def test_the_information_reward_pays_a_trade_that_looked_first_and_the_trade_lists_the_tools() -> None:
+    config = load_config("smoke", [*PRICE_ONLY, "env.episode_decisions=3", "rewards.info_call=0.3"])
     (env,) = make_envs(config, 1)
     env.reset(seed=0)
-    *_, first = env.step(call("get_changes"))
-    *_, second = env.step(call("get_candles", n=2))
-    *_, portfolio = env.step(call("get_portfolio"))
+    infos = [env.step(turn)[-1] for turn in (call("get_changes"), call("get_candles", n=2), call("get_portfolio"))]
     *_, trade = env.step(long(1.0))
-    assert first["reward_components"]["info_call"] == pytest.approx(0.3)
-    assert second["reward_components"]["info_call"] == 0.0 and portfolio["reward_components"]["info_call"] == 0.0
-    assert first["info_tools"] is None and trade["info_tools"] == ["get_changes", "get_candles"]
+    assert [info["reward_components"]["info_call"] for info in infos] == [0.0, 0.0, 0.0]
+    assert trade["reward_components"]["info_call"] == pytest.approx(0.3)  # once, on the trade
+    assert infos[0]["info_tools"] is None and trade["info_tools"] == ["get_changes", "get_candles"]
     *_, bare = env.step(long(1.0))  # the next decision trades without looking
     assert bare["info_tools"] == [] and bare["reward_components"]["info_call"] == 0.0
+    for _ in range(4):  # the last decision only looks, until its budget runs out: a forced hold earns nothing
+        *_, stalled = env.step(call("get_changes"))
+    assert stalled["forced_hold"] and stalled["reward_components"]["info_call"] == 0.0
+    assert stalled["info_tools"] == ["get_changes"] * 4
 
 
 def test_information_use_by_hand() -> None:

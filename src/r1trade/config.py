@@ -231,7 +231,8 @@ class RewardsConfig(Section):
     tool_error: float = Field(-0.1, description="a well-formed call the tool refused")
     forced_hold: float = Field(-0.2, description="max_tool_calls used without a trade tool")
     info_call: float = Field(
-        0.0, description="first accepted information-tool call of a decision (a process reward for looking first)"
+        0.0, description="a trade placed after an information-tool call in the same decision (a process reward for "
+        "looking first; a forced hold earns none, so calling tools until the budget runs out does not pay)"
     )
     pattern: float = Field(0.05, description="× +1 if the stated view matched the forward return, -1 if not")
     pattern_horizon_bars: int = Field(4, ge=1)

@@ -331,7 +331,6 @@ class TradingEnv:
                 episode.valid_paid = True
                 reply, order = result.text, result.order
                 if parsed.name in self.info_tools:
-                    raw["info_call"] = 0.0 if episode.looked else 1.0
                     episode.looked.append(parsed.name)
         forced = order is None and episode.calls >= cfg.max_tool_calls
         if forced:
@@ -346,6 +345,7 @@ class TradingEnv:
             reply += f"\n({left} tool call{'s' if left != 1 else ''} left)"
         else:
             looked, episode.looked = episode.looked, []
+            raw["info_call"] = 1.0 if looked and not forced else 0.0  # a trade that looked first, never a stall
             fills, bankrupt = self._execute(order, raw)
             compact = cfg.prompt == "compact"
             reply += "".join(f"\n{describe_fill(fill, self.replay, compact=compact)}" for fill in fills)
