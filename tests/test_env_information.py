@@ -86,7 +86,7 @@ def test_accuracy_by_decision_index_by_hand() -> None:
     assert accuracy_by_decision(infos) == {0: 0.5, 1: 1.0, 2: 0.0}
 
 
-def test_random_decisions_look_zero_to_two_times_then_trade_restating_only_what_a_tool_returned() -> None:
+def test_random_decisions_look_zero_to_two_times_then_trade_restating_only_what_the_tools_returned() -> None:
     config = load_config("smoke", [*PRICE_ONLY, "env.episode_decisions=1"])
     rng = np.random.default_rng(0)
     looks, signal_seen = [], []
@@ -99,12 +99,14 @@ def test_random_decisions_look_zero_to_two_times_then_trade_restating_only_what_
         assert len(set(names)) == len(names) and set(names) <= env.info_tools
         replies = [env.step(turn)[0][0]["content"] for turn in information]
         reasoning = trade.split("\n", 1)[0]
-        if "get_changes" in names:  # the restated changes are the ones the tool returned
-            returned = replies[names.index("get_changes")].splitlines()[0]
-            for part in reasoning.split(". ")[0].split(", "):
-                assert part in returned, (part, returned)
-        else:
-            assert re.fullmatch(r"Action: (long|short)\.", reasoning), reasoning
+        *facts, action = reasoning.split(". ")
+        assert re.fullmatch(r"Action: (long|short)\.", action), reasoning
+        assert len(facts) == len(names)  # one restated line per tool, in the order called, nothing else
+        for name, fact, reply in zip(names, facts, replies, strict=True):
+            if name == "get_changes":  # the restated changes are the ones the tool returned
+                assert all(part in reply.splitlines()[0] for part in fact.split(", ")), (fact, reply)
+            else:
+                assert fact in reply.splitlines(), (fact, reply)
         *_, info = env.step(trade)
         assert info["parse_error"] is None and info["tool_error"] is None and info["info_tools"] == names
         looks.append(len(names))

@@ -94,8 +94,8 @@ def random_turn(
 
     The action is drawn from `choices` (long, short when allowed, hold and close by default); an order's size, stop
     and take-profit are drawn too, unless `plain` (the largest allowed size, no stop, no take-profit). The reasoning
-    names no cause: it restates the changes the observation showed (`env.observation: full`) or `get_changes`
-    returned (when it is among the information tools `looked` at this decision), then `Action: <action>.`; the
+    names no cause: it restates the changes the observation showed (`env.observation: full`), or one line of what
+    each information tool `looked` at this decision returned (`restated_result`), then `Action: <action>.`; the
     token after `Action:` is the one that picks the trade, and the call carries it out.
     """
     actions = [a for a in choices if a != "short" or env.env_config.allow_short]
@@ -117,15 +117,32 @@ def random_turn(
         call = {"name": "place_order", "arguments": arguments}
     else:
         call = _simple("hold" if action == "hold" else "close_position")
-    seen = env.env_config.observation == "full" or SIGNAL_TOOL in looked
-    facts = f"{observed_changes(env)}. " if seen else ""
-    return f"{facts}{ACTION_PROMPT} {action}.\n<tool_call>{json.dumps(call)}</tool_call>"
+    if env.env_config.observation == "full":
+        facts = [observed_changes(env)]
+    else:  # each tool's answer, restated alike, so no tool's turn is longer to write than another's
+        facts = [restated_result(env, name) for name in looked]
+    reasoning = "".join(f"{fact}. " for fact in facts) + f"{ACTION_PROMPT} {action}."
+    return f"{reasoning}\n<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def information_arguments(env: TradingEnv, name: str) -> dict:
+    """The plain arguments the random policy calls information tool `name` with."""
+    return {"n": min(4, env.env_config.max_candles)} if name == "get_candles" else {}
 
 
 def information_turn(env: TradingEnv, name: str) -> str:
     """A call of the information tool `name` with plain arguments, after a line that says only which tool."""
-    arguments = {"n": min(4, env.env_config.max_candles)} if name == "get_candles" else {}
-    return f"Check {name}.\n<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+    call = {"name": name, "arguments": information_arguments(env, name)}
+    return f"Check {name}.\n<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def restated_result(env: TradingEnv, name: str) -> str:
+    """One line of what information tool `name` answers now: `get_changes` as `observed_changes`, the latest bar
+    of `get_candles`, the first line of any other."""
+    if name == SIGNAL_TOOL:
+        return observed_changes(env)
+    lines = env.registry[name].handler(information_arguments(env, name), env).text.splitlines()
+    return lines[-1] if name == "get_candles" else lines[0]
 
 
 def random_decision(
