@@ -62,3 +62,15 @@ def trained_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("trained")
     assert main(["train", "--config", "smoke", *FAST_TRAIN, "--set", f"output_dir={root}"]) == 0
     return root / "smoke"
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """The tiny model decodes faster on one thread than with threads competing for a busy CPU (modules that play
+    it a lot use this)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

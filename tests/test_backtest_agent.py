@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 import yaml
 from env_fixtures import call, close, hold, long, short
 
@@ -38,13 +37,7 @@ Script = Callable[[int, int], list[str]]
 """(window, decision) → the turns the scripted agent takes for that decision."""
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """The tiny model decodes faster on one thread than with threads competing for a busy CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

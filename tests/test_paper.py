@@ -13,14 +13,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import ccxt
 import pandas as pd
 import pytest
-import torch
 from conftest import SAMPLE
 from env_fixtures import call, close, hold, long, short
 from rich.console import Console
@@ -83,13 +82,7 @@ class ScriptedPlayer:
         return trajectories
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """The tiny model decodes far faster on one thread than with threads competing for a busy CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def smoke(*overrides: str) -> Config:
