@@ -20,6 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: install
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest
 
 # The demo: RL learning the planted-edge market (configs/demo.yaml), from a format-only warm start of a small

@@ -1,7 +1,7 @@
 """Learning curves on the text bandit (r1trade.rl.bandit): P(rewarded action) per update for trainer settings.
 
 Each `--variant` is `name:key=value,key=value` over `train.*` keys (plus `seed`, or any `section.key`), run on the
-tiny model through the real Trainer. Example, the long-turn comparison of docs/results.md:
+tiny model through the real Trainer. Example, the long-turn comparison of docs/notebook/results-log.md section 7:
 
     python benchmarks/bandit_learning.py --turn-tokens 32 --updates 20 \\
         --variant turn:credit=turn --variant token:credit=token

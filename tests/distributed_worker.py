@@ -16,12 +16,12 @@ from test_rl_trainer import make_config, make_trainer
 
 run_dir, updates = Path(sys.argv[1]), int(sys.argv[2])
 trainer = make_trainer(make_config(updates=updates, minibatch_size=2, checkpoint_every=1), run_dir)
-trainer.config.rollout.num_envs = 2 + trainer.accelerator.process_index  # ranks hold different row counts
+trainer.config.rollout.num_envs = 2 + trainer.distributed.process_index  # ranks hold different row counts
 trainer.resume()
 trainer.train()
 parameters = [*trainer.models.policy.parameters(), *trainer.models.critic.parameters()]
 weights = torch.cat([p.detach().reshape(-1) for p in parameters])
-rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+rank, world = trainer.distributed.process_index, trainer.distributed.num_processes
 print(f"rank {rank}/{world} {hashlib.sha256(weights.numpy().tobytes()).hexdigest()}")
 if rank == 0:
     torch.save(weights, run_dir / "final-weights.pt")

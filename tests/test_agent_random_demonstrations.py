@@ -8,13 +8,13 @@ from collections import Counter
 
 import numpy as np
 
-from r1trade.agent.action_stats import classify, decision_position
 from r1trade.agent.model import build_tiny_tokenizer
 from r1trade.agent.rollout import ChatTokens, Turn
 from r1trade.agent.warmstart import ACTION_PROMPT, collect_demonstrations, observed_changes, random_turn
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
+from r1trade.eval.action_stats import classify, decision_position
 
 CHANGE = r"(\d+) bars ([+-]\d+\.\d\d%|n/a)"
 LINE = re.compile(rf"^{CHANGE}, {CHANGE}\. Action: (long|short|hold|close)\.$")

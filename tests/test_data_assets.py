@@ -12,12 +12,12 @@ import yaml
 
 from r1trade.cli import main
 from r1trade.config import SyntheticConfig, load_config
-from r1trade.data.source import asset_configs, asset_labels, load_config_candles
+from r1trade.data.source import asset_configs, asset_labels, load_config_candles, load_config_splits
 from r1trade.data.store import save_candles
 from r1trade.data.synthetic import synthetic_candles
 from r1trade.env.trading_env import TradingEnv, load_replay, make_envs
 from r1trade.errors import ConfigError, UsageError
-from r1trade.rl.run import _record_splits
+from r1trade.train import _record_splits
 
 FAST = ["--set", "backtest.bootstrap_resamples=100", "--set", "backtest.random_seeds=1"]
 
@@ -128,7 +128,7 @@ def test_one_market_in_a_list_plays_as_before(tmp_path, assets) -> None:
 
 def test_a_run_records_each_assets_splits(tmp_path, assets) -> None:
     config = load_config(write_config(tmp_path, assets))
-    _record_splits(config, tmp_path)
+    _record_splits(config, load_config_splits(config), tmp_path)
     splits = json.loads((tmp_path / "splits.json").read_text())
     assert list(splits) == ["aaa", "bbb"] and splits["aaa"]["train"]["rows"] == 840
 

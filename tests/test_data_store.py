@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from r1trade.data.csv_import import import_cryptodatadownload_csv
 from r1trade.data.store import (
     candles_from_ohlcv,
-    import_cryptodatadownload_csv,
     load_candles,
     load_clean_candles,
     save_candles,

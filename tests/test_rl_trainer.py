@@ -213,7 +213,7 @@ def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Pat
 
 def test_episode_metrics_count_direction_accuracy_over_decisions_only():
     from r1trade.agent.rollout import Trajectory, Turn
-    from r1trade.rl.trainer import episode_metrics
+    from r1trade.rl.episode_metrics import episode_metrics
 
     def turn(right):
         return Turn(0, 0, 1, "x", 0.0, False, {"parse_error": None, "tool_error": None, "direction_right": right})

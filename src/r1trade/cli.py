@@ -347,8 +347,8 @@ def action_stats_command(
     out: Annotated[Path | None, typer.Option(help="write the figures as JSON here")] = None,
 ) -> None:
     """A policy on held-out decisions: valid calls, action mix, entropy at the decision token."""
-    from r1trade.agent.action_stats import action_stats
     from r1trade.agent.model import load_base_model
+    from r1trade.eval.action_stats import action_stats
     from r1trade.rl.checkpoint import load_trained_agent
 
     resolved = _config(config, set_)
@@ -393,7 +393,7 @@ def train(
     ] = False,
 ) -> None:
     """Train the agent with multi-turn RL (PPO, GRPO, Dr. GRPO, RLOO or REINFORCE++); writes runs/<name>/."""
-    from r1trade.rl.run import train_run
+    from r1trade.train import train_run
 
     if resume is not None:
         if force:
@@ -446,7 +446,7 @@ def probe_run_command(
     split: Annotated[str, typer.Option(help="data split to probe")] = "test",
 ) -> None:
     """A held-out learning curve: the direction the policy picks at fresh decisions, at its start and checkpoints."""
-    from r1trade.agent.probe import probe_run
+    from r1trade.eval.probe import probe_run
     from r1trade.rl.plots import plot_probe
 
     if split not in ("train", "validation", "test"):
@@ -478,7 +478,7 @@ def ladder_record_command(
     ladder: Annotated[Path, typer.Option(help="the ladder file")] = Path("docs/results/ladder.json"),
 ) -> None:
     """Add a learning run's held-out figures to docs/results/ladder.json (one record per level and variant)."""
-    from r1trade.backtest.ladder import LEVELS, add_record, ladder_record
+    from r1trade.eval.ladder import LEVELS, add_record, ladder_record
 
     if level not in LEVELS:
         raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")

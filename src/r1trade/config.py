@@ -25,6 +25,15 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The source checkout holding `configs/` and `data/` (for an editable or source install)."""
 
 
+def resolve_path(path: str | Path) -> Path:
+    """A data path from a config: absolute as is, else relative to the working directory or the project root."""
+    given = Path(path).expanduser()
+    if given.is_absolute() or given.exists():
+        return given
+    in_project = PROJECT_ROOT / given
+    return in_project if in_project.exists() else given
+
+
 class Section(BaseModel):
     """Base for every config section: unknown keys are errors, assignments are validated, floats are finite."""
 
@@ -125,7 +134,7 @@ class DataConfig(Section):
     source: Literal["file", "synthetic"] = Field(
         "file", description="file: the candles at `path`; synthetic: generated from the `synthetic` section"
     )
-    path: str = "data/sample/btc_usd_1h.parquet"
+    path: str = Field("data/sample/btc_usd_1h.parquet", validate_default=True)
     paths: list[str] = Field(
         [], description="several candle files (assets or timeframes) in place of `path`: training samples "
         "its episodes across them, a backtest reports each and pooled; `path` then names the first"
@@ -143,6 +152,17 @@ class DataConfig(Section):
         if "path" in raw and raw["path"] != raw["paths"][0]:
             raise ValueError("give data.path (one candle file) or data.paths (several), not both")
         return {**raw, "path": raw["paths"][0]}
+
+    @field_validator("path", "sentiment_path")
+    @classmethod
+    def _resolve(cls, path: str | None) -> str | None:
+        """Data paths are resolved once, here (`resolve_path`): the data layer reads them as given."""
+        return None if path is None else str(resolve_path(path))
+
+    @field_validator("paths")
+    @classmethod
+    def _resolve_each(cls, paths: list[str]) -> list[str]:
+        return [str(resolve_path(path)) for path in paths]
 
     @model_validator(mode="after")
     def _check_paths(self) -> DataConfig:
@@ -494,7 +514,7 @@ class Config(Section):
     name: str = Field("run", description="the run's file name in output_dir (and of its reports)")
     seed: Seed = 0
     output_dir: str = "runs"
-    data: DataConfig = DataConfig()
+    data: DataConfig = Field(default_factory=DataConfig)  # its paths resolved when the config is made
     env: EnvConfig = EnvConfig()
     rewards: RewardsConfig = RewardsConfig()
     model: ModelConfig = ModelConfig()
@@ -747,12 +767,3 @@ def _closest_key(loc: list[str]) -> str | None:
         model = annotation
     match = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.5)
     return ".".join([*loc[:-1], match[0]]) if match else None
-
-
-def resolve_path(path: str | Path) -> Path:
-    """A data path from a config: absolute as is, else relative to the working directory or the project root."""
-    given = Path(path).expanduser()
-    if given.is_absolute() or given.exists():
-        return given
-    in_project = PROJECT_ROOT / given
-    return in_project if in_project.exists() else given

@@ -6,10 +6,12 @@ A config with several candle files (`data.paths`: assets or bar lengths) is hand
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
-from r1trade.config import Config, resolve_path
-from r1trade.data.splits import SPLIT_NAMES, make_splits
+from r1trade.config import Config
+from r1trade.data.splits import SPLIT_NAMES, Splits, make_splits
 from r1trade.data.store import ValidationReport, load_candles, load_clean_candles, validate_candles
 from r1trade.data.synthetic import DecisionGrid, EdgeStats, decision_grid, measure_edge, synthetic_candles
 from r1trade.errors import DataError, UsageError
@@ -33,7 +35,7 @@ def asset_configs(config: Config) -> list[Config]:
 def asset_labels(assets: list[Config]) -> list[str]:
     """Short, distinct names of one-file configs' candles, for report folders and tables: each file's name
     without its suffix (`btc_usd_1h`; numbered `1-...`, `2-...` when two files share one), or `synthetic`."""
-    stems = [resolve_path(a.data.path).stem if a.data.source == "file" else "synthetic" for a in assets]
+    stems = [Path(a.data.path).stem if a.data.source == "file" else "synthetic" for a in assets]
     if len(set(stems)) == len(stems):
         return stems
     return [f"{number}-{stem}" for number, stem in enumerate(stems, start=1)]
@@ -52,7 +54,7 @@ def read_config_candles(config: Config) -> pd.DataFrame:
     """Candles of `config.data` (the file at `data.path`, or generated), not validated (for `data-info`)."""
     _one_file(config)
     if config.data.source == "file":
-        return load_candles(resolve_path(config.data.path))
+        return load_candles(Path(config.data.path))
     return synthetic_candles(config.data.synthetic, interval=synthetic_interval(config))
 
 
@@ -63,7 +65,7 @@ def load_config_candles(config: Config) -> tuple[pd.DataFrame, ValidationReport]
     """
     _one_file(config)
     if config.data.source == "file":
-        return load_clean_candles(resolve_path(config.data.path))
+        return load_clean_candles(Path(config.data.path))
     candles = read_config_candles(config)
     report = validate_candles(candles)
     if not report.ok:  # a generator bug, never the user's data
@@ -72,11 +74,17 @@ def load_config_candles(config: Config) -> tuple[pd.DataFrame, ValidationReport]
     return candles, report
 
 
+def load_config_splits(config: Config) -> list[Splits]:
+    """The splits (`data.split`) of each of the config's candle files (`asset_configs`), each file read once: what
+    a training run builds its replays from and records."""
+    return [make_splits(load_config_candles(asset)[0], asset.data.split) for asset in asset_configs(config)]
+
+
 def source_key(config: Config) -> tuple:
     """What identifies the candles of `config.data` (for caches): the file and its mtime, or the generator."""
     _one_file(config)
     if config.data.source == "file":
-        path = resolve_path(config.data.path)
+        path = Path(config.data.path)
         return ("file", str(path), path.stat().st_mtime_ns if path.exists() else None)
     return ("synthetic", config.data.synthetic.model_dump_json(), synthetic_interval(config))
 

@@ -214,17 +214,6 @@ def check_time_range(index: pd.DatetimeIndex, path: Path) -> pd.DatetimeIndex:
     return index
 
 
-def import_cryptodatadownload_csv(path: str | Path, *, timeframe: str = "1h") -> pd.DataFrame:
-    """Read a CryptoDataDownload export: a banner line, newest-first rows, dates like `2019-10-17 09-AM`.
-
-    Volume is taken from the base-asset column (`volume_btc`, or `Volume <BASE>`), as ccxt reports it. Other
-    layouts, and detecting them: `r1trade.data.csv_import`.
-    """
-    from r1trade.data.csv_import import import_candle_csv
-
-    return import_candle_csv(path, fmt="cryptodatadownload", timeframe=timeframe).candles
-
-
 # --------------------------------------------------------------------------- validation
 
 

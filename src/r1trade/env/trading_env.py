@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from r1trade.config import Config, EnvConfig, RewardsConfig, resolve_path
+from r1trade.config import Config, EnvConfig, RewardsConfig
 from r1trade.data.source import asset_configs, load_config_candles, source_key
-from r1trade.data.splits import make_splits
+from r1trade.data.splits import Splits, make_splits
 from r1trade.env import rewards
 from r1trade.env.market import MarketReplay
 from r1trade.env.parsing import ParseError, parse_tool_call
@@ -605,10 +606,11 @@ _MAX_CACHED = 8
 """Replays kept: one per asset and split, so that a run on several assets rebuilds none between updates."""
 
 
-def load_replay(config: Config, split: str = "train") -> MarketReplay:
+def load_replay(config: Config, split: str = "train", splits: Splits | None = None) -> MarketReplay:
     """The market replay of one split of the configured candle file (or generated data), built once per
-    data/split/features, cached; a config with several files (`data.paths`) needs `load_replays`."""
-    sentiment_path = resolve_path(config.data.sentiment_path) if config.data.sentiment_path else None
+    data/split/features, cached; a config with several files (`data.paths`) needs `load_replays`. `splits`: the
+    file's splits where the caller has loaded them already."""
+    sentiment_path = Path(config.data.sentiment_path) if config.data.sentiment_path else None
     key = (
         *source_key(config),
         config.data.split.model_dump_json(),
@@ -618,8 +620,10 @@ def load_replay(config: Config, split: str = "train") -> MarketReplay:
         str(sentiment_path),
     )
     if key not in _REPLAYS:
-        candles, _ = load_config_candles(config)
-        part = make_splits(candles, config.data.split).get(split)
+        if splits is None:
+            candles, _ = load_config_candles(config)
+            splits = make_splits(candles, config.data.split)
+        part = splits.get(split)
         sentiment = load_sentiment_csv(sentiment_path) if sentiment_path else None
         if len(_REPLAYS) >= _MAX_CACHED:
             _REPLAYS.pop(next(iter(_REPLAYS)))
@@ -632,14 +636,18 @@ def load_replay(config: Config, split: str = "train") -> MarketReplay:
     return _REPLAYS[key]
 
 
-def load_replays(config: Config, split: str = "train") -> list[MarketReplay]:
+def load_replays(config: Config, split: str = "train", splits: list[Splits] | None = None) -> list[MarketReplay]:
     """The market replay of one split of each of the configured candle files (`asset_configs`), each split on
-    its own by `data.split`."""
-    return [load_replay(asset, split) for asset in asset_configs(config)]
+    its own by `data.split`; `splits`: theirs (`load_config_splits`) where the caller has loaded them already."""
+    assets = asset_configs(config)
+    given = splits if splits is not None else [None] * len(assets)
+    return [load_replay(asset, split, parts) for asset, parts in zip(assets, given, strict=True)]
 
 
-def make_envs(config: Config, count: int, split: str = "train") -> list[TradingEnv]:
+def make_envs(
+    config: Config, count: int, split: str = "train", splits: list[Splits] | None = None
+) -> list[TradingEnv]:
     """`count` envs sharing the market replays (what a batched rollout uses); with several candle files each
-    episode draws its market."""
-    replays = load_replays(config, split)
+    episode draws its market. `splits`: as for `load_replays`."""
+    replays = load_replays(config, split, splits)
     return [TradingEnv(replays, config.env, config.rewards) for _ in range(count)]

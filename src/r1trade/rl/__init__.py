@@ -1,1 +1,2 @@
-"""Reinforcement learning: masks, advantage estimators, PPO losses and the trainer."""
+"""Reinforcement learning: masks, advantage estimators, losses, batches, the trainer, its data parallelism and
+its checkpoints."""

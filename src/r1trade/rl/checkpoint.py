@@ -40,7 +40,9 @@ from r1trade.rl.state_files import load_state, save_state, state_files
 from r1trade.safe_load import first_line, read_json_object
 
 if TYPE_CHECKING:
-    from r1trade.rl.trainer import Trainer
+    from torch.optim.lr_scheduler import LRScheduler
+
+    from r1trade.rl.distributed import Distributed
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_STEM = "optimizer"
@@ -63,54 +65,54 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"step-{step}"
 
 
-def save_checkpoint(trainer: Trainer) -> Path:
-    """Write the trainer's full state for its current step; returns the checkpoint directory. Called on every
-    process: each writes its random-number states (and under DeepSpeed its optimiser shard), the main one the rest."""
-    accelerator = trainer.accelerator
-    final = checkpoint_dir(trainer.run_dir, trainer.state.step)
+def save_checkpoint(
+    run_dir: Path, state: TrainingState, *, config: Config, models: AgentModels, optimizer: torch.optim.Optimizer,
+    scheduler: LRScheduler, generator: torch.Generator, grad_norm_mean: float | None, distributed: Distributed,
+) -> Path:
+    """Write a training run's full state at `state.step`; returns the checkpoint directory. Called on every
+    process: each writes its random-number states (and under DeepSpeed its optimiser shard), the main one the rest.
+    `grad_norm_mean` is the running mean of the gradient norm the echo-trap warning compares against."""
+    accelerator, deepspeed = distributed.accelerator, distributed.deepspeed
+    final = checkpoint_dir(run_dir, state.step)
     temporary = final.with_name(f".tmp-{final.name}")
     try:
         if accelerator.is_main_process:
             shutil.rmtree(temporary, ignore_errors=True)
             temporary.mkdir(parents=True)
         accelerator.wait_for_everyone()
-        if trainer.deepspeed is not None:
-            trainer.deepspeed.save_checkpoint(
+        if deepspeed is not None:
+            deepspeed.save_checkpoint(
                 str(temporary / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True, save_latest=False
             )
         save_state(  # every process its own: each sampled its own episodes
             {
-                "generator": trainer.generator.get_state(),
+                "generator": generator.get_state(),
                 "torch": torch.get_rng_state(),
                 "numpy": np.random.get_state(),
                 "python": random.getstate(),
-                "grad_norm_mean": trainer.grad_norm_mean,
+                "grad_norm_mean": grad_norm_mean,
             },
             temporary, _rng_stem(accelerator.process_index),
         )
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            _write_main_state(trainer, temporary)
+            save_policy(models, temporary / "policy")
+            save_critic(models, temporary / "critic")
+            optimizer_state = optimizer.state_dict() if deepspeed is None else None  # else in deepspeed/
+            save_state({"optimizer": optimizer_state, "scheduler": scheduler.state_dict()}, temporary, OPTIMIZER_STEM)
+            config.save(temporary)
+            (temporary / STATE_FILE).write_text(json.dumps(asdict(state)) + "\n")
             replace_folder(temporary, final)
     except (OSError, SafetensorError) as exc:
         shutil.rmtree(temporary, ignore_errors=True)
         where = str(getattr(exc, "filename", None) or temporary).replace(str(temporary), str(final))
-        kept = latest_checkpoint(trainer.run_dir)
+        kept = latest_checkpoint(run_dir)
         raise OutputError(
             f"could not write checkpoint {where}: {getattr(exc, 'strerror', None) or first_line(exc)}; "
             + (f"the last complete checkpoint is {kept}" if kept else "no complete checkpoint yet")
         ) from None
     accelerator.wait_for_everyone()
     return final
-
-
-def _write_main_state(trainer: Trainer, directory: Path) -> None:
-    save_policy(trainer.models, directory / "policy")
-    save_critic(trainer.models, directory / "critic")
-    optimizer = trainer.optimizer.state_dict() if trainer.deepspeed is None else None  # else in deepspeed/
-    save_state({"optimizer": optimizer, "scheduler": trainer.scheduler.state_dict()}, directory, OPTIMIZER_STEM)
-    trainer.config.save(directory)
-    (directory / STATE_FILE).write_text(json.dumps(asdict(trainer.state)) + "\n")
 
 
 def _rng_stem(process_index: int) -> str:
@@ -137,36 +139,41 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def load_checkpoint(path: Path, trainer: Trainer) -> TrainingState:
-    """Restore everything `save_checkpoint` wrote into a freshly built trainer."""
+def load_checkpoint(
+    path: Path, *, models: AgentModels, optimizer: torch.optim.Optimizer, scheduler: LRScheduler,
+    generator: torch.Generator, distributed: Distributed,
+) -> tuple[TrainingState, float | None]:
+    """Restore everything `save_checkpoint` wrote into freshly built parts of a run; returns the training state
+    and the running mean of the gradient norm."""
+    deepspeed = distributed.deepspeed
     _require_complete(path)
-    load_policy(trainer.models, path / "policy")
-    load_critic(trainer.models, path / "critic")
+    load_policy(models, path / "policy")
+    load_critic(models, path / "critic")
     optim = load_state(path, OPTIMIZER_STEM)
     written_by_deepspeed = optim.get("optimizer") is None
-    if written_by_deepspeed != (trainer.deepspeed is not None):
+    if written_by_deepspeed != (deepspeed is not None):
         launched = "under DeepSpeed" if written_by_deepspeed else "without DeepSpeed"
         raise UsageError(f"checkpoint '{path}' was written {launched}: resume it the same way")
     with _damaged_if_refused(path / OPTIMIZER_STEM):
-        if trainer.deepspeed is not None:  # optimiser shards and fp32 master weights
+        if deepspeed is not None:  # optimiser shards and fp32 master weights
             require_plain_deepspeed_files(path / DEEPSPEED_DIR)
-            trainer.deepspeed.load_checkpoint(
+            deepspeed.load_checkpoint(
                 str(path / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, load_module_strict=False, load_lr_scheduler_states=False
             )
         else:
-            trainer.optimizer.load_state_dict(optim["optimizer"])
-        trainer.scheduler.load_state_dict(optim["scheduler"])
-    stem = _rng_stem(trainer.accelerator.process_index)
+            optimizer.load_state_dict(optim["optimizer"])
+        scheduler.load_state_dict(optim["scheduler"])
+    stem = _rng_stem(distributed.process_index)
     if not state_files(path, stem)[0].exists():
         raise UsageError(f"checkpoint '{path}' was written by fewer processes: resume it with as many as wrote it")
     rng = load_state(path, stem)
     with _damaged_if_refused(path / stem):
-        trainer.generator.set_state(rng["generator"])
+        generator.set_state(rng["generator"])
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
-        trainer.grad_norm_mean = rng["grad_norm_mean"]
-    return _training_state(path / STATE_FILE)
+        grad_norm_mean = rng["grad_norm_mean"]
+    return _training_state(path / STATE_FILE), grad_norm_mean
 
 
 def load_trained_agent(path: Path) -> tuple[Config, AgentModels]:

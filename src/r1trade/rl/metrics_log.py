@@ -10,6 +10,8 @@ import json
 import logging
 from pathlib import Path
 
+from r1trade.outputs import write_file
+
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
@@ -30,3 +32,11 @@ def read_records(path: Path) -> list[dict]:
         else:
             log.warning("%s line %d is not a metrics record: skipped", path, number)
     return records
+
+
+def truncate_records(path: Path, step: int) -> None:
+    """Drop log records of updates after `step` (they were not checkpointed and will be redone), and any line a
+    crash cut short."""
+    if path.exists():
+        kept = [record for record in read_records(path) if record["update"] <= step]
+        write_file(path, "".join(json.dumps(record) + "\n" for record in kept))

@@ -8,8 +8,8 @@ One update reads top to bottom, CleanRL-style:
   4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask; clipped gradients;
      a non-finite loss or gradient skips the step;
   5. log and checkpoint.
-Under `accelerate launch` every process plays its own episodes and gradients are averaged before each step: by
-r1trade itself, or by DeepSpeed ZeRO stage 1 or 2 (`--use_deepspeed`), which also shards the optimiser state.
+Under `accelerate launch` every process plays its own episodes and gradients are averaged before each step
+(`r1trade.rl.distributed`).
 Loss, KL, entropy and advantages count only the tokens the model sampled unless the ablation switches
 `train.loss_mask` / `train.advantage_mask` are off.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -26,23 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-from accelerate import Accelerator, PartialState
-from accelerate.utils import DistributedType, parse_flag_from_env
 
 from r1trade.agent.critic import backbone_hidden
 from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
 from r1trade.agent.rollout import RolloutEngine, TextEnv, Trajectory, sampling_from_config
 from r1trade.config import GROUP_ALGORITHMS, Config
-from r1trade.env.information import accuracy_by_decision, information_use
-from r1trade.errors import TrainingInterrupted, UsageError
-from r1trade.outputs import append_line, write_file
+from r1trade.errors import TrainingInterrupted
+from r1trade.outputs import append_line
 from r1trade.rl.advantages import explained_variance
 from r1trade.rl.batch import RolloutBatch, collate, compute_advantages, filter_top_groups
 from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
+from r1trade.rl.distributed import Distributed
+from r1trade.rl.episode_metrics import episode_metrics
 from r1trade.rl.losses import entropy_bonus, kl_penalty, policy_loss, value_loss
 from r1trade.rl.masks import masked_mean
-from r1trade.rl.metrics_log import METRICS_FILE, read_records
+from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 
 EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
 
@@ -87,10 +84,10 @@ class Trainer:
         self.uses_critic = cfg.algorithm == "ppo"
         # Data parallel under `accelerate launch`: every process plays its own episodes and gradients are
         # averaged across processes before each optimiser step; on one CPU this is a plain single process.
-        self.accelerator = _accelerator()
+        self.distributed = Distributed()
         for module in (self.models.policy, self.models.critic, self.models.reference):
             if module is not None:
-                module.to(self.accelerator.device)
+                module.to(self.distributed.device)
         groups = [{"params": [p for p in self.models.policy.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.uses_critic:
             critic_params = [p for p in self.models.critic.parameters() if p.requires_grad]
@@ -100,8 +97,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )
-        launched_with_deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
-        self.deepspeed = self._prepare_deepspeed() if launched_with_deepspeed else None
+        trained_critic = self.models.critic if self.uses_critic else None
+        self.distributed.prepare(self.models.policy, trained_critic, self.optimizer, cfg)  # DeepSpeed, if launched so
         self.generator = torch.Generator().manual_seed(self.config.seed)
         self.engine = RolloutEngine(
             self.models.policy, self.models.tokenizer, sampling_from_config(self.config.rollout)
@@ -115,8 +112,11 @@ class Trainer:
         """Load the newest checkpoint of `run_dir` (if any) and cut the metrics log back to it."""
         checkpoint = latest_checkpoint(self.run_dir)
         if checkpoint is not None:
-            self.state = load_checkpoint(checkpoint, self)
-            _truncate_metrics(self.run_dir / METRICS_FILE, self.state.step)
+            self.state, self.grad_norm_mean = load_checkpoint(
+                checkpoint, models=self.models, optimizer=self.optimizer, scheduler=self.scheduler,
+                generator=self.generator, distributed=self.distributed,
+            )
+            truncate_records(self.run_dir / METRICS_FILE, self.state.step)
         return checkpoint
 
     def train(self) -> Path:
@@ -130,12 +130,20 @@ class Trainer:
                 metrics["update"] = self.state.step
                 self._log(metrics)
                 if self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.updates:
-                    checkpoint = save_checkpoint(self)
+                    checkpoint = self.save()
         except KeyboardInterrupt:
-            checkpoint = save_checkpoint(self) if self.state.step else None
+            checkpoint = self.save() if self.state.step else None
             raise TrainingInterrupted(checkpoint) from None
         assert checkpoint is not None
         return checkpoint
+
+    def save(self) -> Path:
+        """Checkpoint the run at its current step."""
+        return save_checkpoint(
+            self.run_dir, self.state, config=self.config, models=self.models, optimizer=self.optimizer,
+            scheduler=self.scheduler, generator=self.generator, grad_norm_mean=self.grad_norm_mean,
+            distributed=self.distributed,
+        )
 
     def update(self) -> dict:
         """One rollout → score → advantages → optimise round; returns its metrics."""
@@ -144,7 +152,7 @@ class Trainer:
         started = time.perf_counter()
         trajectories = self.rollout()
         rollout_seconds = time.perf_counter() - started
-        batch = collate(trajectories, pad_id=self.engine.pad_id).to(self.accelerator.device)
+        batch = collate(trajectories, pad_id=self.engine.pad_id).to(self.distributed.device)
         batch = filter_top_groups(batch, cfg.top_group_frac)
         # 2. score and 3. advantages (no gradients)
         started = time.perf_counter()
@@ -178,7 +186,7 @@ class Trainer:
     def rollout(self) -> list[Trajectory]:
         """Episodes for this update: `num_envs` environments, consecutive groups of `group_size` share a start."""
         n, size = self.config.rollout.num_envs, self.config.train.group_size
-        offset = self.accelerator.process_index * n  # other processes play other start states
+        offset = self.distributed.process_index * n  # other processes play other start states
         groups = [offset + i // size for i in range(n)]
         seeds = [_episode_seed(self.config.seed, self.state.step, g) for g in groups]
         return self.engine.run(self.env_factory(n), seeds, groups=groups, generator=self.generator)
@@ -220,8 +228,10 @@ class Trainer:
         totals: dict[str, list[float]] = {}
         skipped = 0
         order_generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.state.step)
-        most_rows = int(self._across_processes(torch.tensor([batch.rows]), "max"))
-        filler = batch.select(torch.arange(min(batch.rows, cfg.micro_batch_size))) if self.deepspeed else None
+        most_rows = int(self.distributed.reduce(torch.tensor([batch.rows]), "max"))
+        filler = None  # under DeepSpeed short minibatches are padded with rows of this batch, weighted by zero
+        if self.distributed.deepspeed:
+            filler = batch.select(torch.arange(min(batch.rows, cfg.micro_batch_size)))
         for _ in range(cfg.epochs):
             order = _epoch_order(batch.group, cfg.minibatches, order_generator)
             for start in range(0, most_rows, cfg.minibatch_size):  # every process takes the same number of steps
@@ -244,8 +254,7 @@ class Trainer:
         produces them): a short minibatch is padded with `filler`, real rows of this process weighted by zero,
         so that the padding's backward reaches the parameters in the same order as a real one."""
         cfg = self.config.train
-        if self.deepspeed is None:  # DeepSpeed clears its gradients after every step itself
-            self.optimizer.zero_grad(set_to_none=True)
+        self.distributed.zero_grad(self.optimizer)
         # each micro-batch's means weighed by its share of the minibatch's loss tokens (and value positions): the
         # gradient is the minibatch mean's, however the minibatch is cut into micro-batches
         tokens = self._loss_mask(minibatch).sum().clamp(min=1)
@@ -253,19 +262,19 @@ class Trainer:
         stats: dict[str, float] = {}
         total_loss = 0.0
         micro_batches = _chunks(minibatch.rows, cfg.micro_batch_size)
-        padding = self.deepspeed.gradient_accumulation_steps() - len(micro_batches) if self.deepspeed else 0
+        padding = self.distributed.padding_micro_batches(len(micro_batches))
         for rows in micro_batches:
             micro = minibatch.select(rows)
             weight = float(self._loss_mask(micro).sum() / tokens)
             value_weight = float(micro.value_mask.sum() / positions) if positions is not None else 0.0
             loss, micro_stats = self.loss(micro, weights=(weight, value_weight))
-            self._backward(loss)
+            self.distributed.backward(loss)
             total_loss += float(loss.detach())
             for key, value in micro_stats.items():
                 stats[key] = stats.get(key, 0.0) + value * (value_weight if key.startswith("value_") else weight)
         for _ in range(padding):
-            self._backward(self.loss(filler, weights=(0.0, 0.0))[0])
-        grad_norm, finite = self._apply_gradients(total_loss)
+            self.distributed.backward(self.loss(filler, weights=(0.0, 0.0))[0])
+        grad_norm, finite = self.distributed.apply_gradients(self.optimizer, total_loss, cfg.max_grad_norm)
         stats.update(loss=total_loss, grad_norm=grad_norm)
         if finite:
             self.scheduler.step()
@@ -300,78 +309,6 @@ class Trainer:
         return loss, stats
 
     # ------------------------------------------------------------------ helpers
-
-    def _backward(self, loss: torch.Tensor) -> None:
-        if self.deepspeed is not None:
-            self.deepspeed.backward(loss, scale_wrt_gas=False)  # the micro-batch weights already sum to one
-            self.deepspeed.step()  # the optimiser steps at the accumulation boundary only
-        else:
-            loss.backward()
-
-    def _apply_gradients(self, loss: float) -> tuple[float, bool]:
-        """Average the gradients across processes, clip them and step the optimiser unless the loss or the
-        gradient is non-finite on any process; returns the gradient norm before clipping and whether it stepped."""
-        if self.deepspeed is not None:
-            # DeepSpeed has averaged, clipped (`gradient_clipping`) and stepped, or skipped a non-finite gradient.
-            grad_norm = float(self.deepspeed.get_global_grad_norm())
-            return grad_norm, math.isfinite(grad_norm)
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        self._average_gradients(params)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.train.max_grad_norm))
-        finite = torch.tensor([float(math.isfinite(loss) and math.isfinite(grad_norm))])
-        if float(self._across_processes(finite, "min")) < 1:  # skip on every process alike
-            self.optimizer.zero_grad(set_to_none=True)
-            return grad_norm, False
-        self.optimizer.step()
-        return grad_norm, True
-
-    def _average_gradients(self, params: list[torch.Tensor]) -> None:
-        """Mean of every gradient across processes (a no-op in a single process)."""
-        if self.accelerator.num_processes == 1:
-            return
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        flat = self._across_processes(flat, "mean")
-        for p, piece in zip(params, flat.split([p.numel() for p in params]), strict=True):
-            p.grad.copy_(piece.view_as(p))
-
-    def _across_processes(self, tensor: torch.Tensor, reduction: str) -> torch.Tensor:
-        """Elementwise max, min or mean of `tensor` over all processes (itself in a single process).
-
-        torch.distributed directly: accelerate's gather assumes GPU collectives under DeepSpeed, gloo has none."""
-        if self.accelerator.num_processes == 1:
-            return tensor
-        op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "mean": dist.ReduceOp.SUM}[reduction]
-        tensor = tensor.to(self.accelerator.device).clone()
-        dist.all_reduce(tensor, op=op)
-        return tensor / self.accelerator.num_processes if reduction == "mean" else tensor
-
-    def _prepare_deepspeed(self):
-        """The DeepSpeed engine over the trainable modules (launched with `accelerate launch --use_deepspeed`).
-
-        r1trade keeps its own loop and sets the micro-batch size, the clipping and the accumulation (the micro-batches
-        of a full minibatch; shorter minibatches are padded with zero gradients) from `train.*`. The rollout and the
-        scoring pass call the policy directly, which needs every process to hold whole weights: ZeRO stages 1 and 2
-        (optimiser state, and gradients, sharded), not 3; stage 0 is the data parallelism r1trade does without it.
-        """
-        cfg = self.config.train
-        ds_config = self.accelerator.state.deepspeed_plugin.deepspeed_config
-        stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
-        if stage not in (1, 2):
-            raise UsageError(f"DeepSpeed ZeRO stage {stage} is not supported: use stage 1 or 2 (--zero_stage)")
-        ds_config.update(
-            train_micro_batch_size_per_gpu=cfg.micro_batch_size,
-            gradient_accumulation_steps=math.ceil(cfg.minibatch_size / cfg.micro_batch_size),
-            gradient_clipping=cfg.max_grad_norm,
-        )
-        ds_config.pop("train_batch_size", None)
-        modules = torch.nn.ModuleDict({"policy": self.models.policy})
-        if self.uses_critic:
-            modules["critic"] = self.models.critic
-        engine, _ = self.accelerator.prepare(modules, self.optimizer)
-        return engine
 
     def _loss_mask(self, batch: RolloutBatch) -> torch.Tensor:
         if self.config.train.loss_mask:
@@ -413,66 +350,13 @@ class Trainer:
         return warnings
 
     def _log(self, metrics: dict) -> None:
-        if self.accelerator.num_processes > 1:
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    metrics[key] = float(self._across_processes(torch.tensor([float(value)]), "mean"))
-        if not self.accelerator.is_main_process:
+        metrics = self.distributed.mean_metrics(metrics)
+        if not self.distributed.is_main_process:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         append_line(self.run_dir / METRICS_FILE, json.dumps(metrics, default=float))
         if self.on_update is not None:
             self.on_update(metrics)
-
-
-def episode_metrics(trajectories: list[Trajectory]) -> dict:
-    """Per-update means over episodes: return, each reward component, PnL, valid-call rate, direction accuracy,
-    turn counts."""
-    returns = torch.tensor([t.total_reward for t in trajectories])
-    metrics: dict = {
-        "episode_return": float(returns.mean()),
-        "reward_std": float(returns.std()) if len(returns) > 1 else 0.0,
-        "turns": sum(len(t.turns) for t in trajectories) / len(trajectories),
-        "truncated_turn_rate": sum(turn.truncated for t in trajectories for turn in t.turns)
-        / max(1, sum(len(t.turns) for t in trajectories)),
-    }
-    components: dict[str, float] = {}
-    for trajectory in trajectories:
-        for turn in trajectory.turns:
-            for name, value in turn.info.get("reward_components", {}).items():
-                components[name] = components.get(name, 0.0) + float(value)
-    metrics.update({f"reward/{k}": v / len(trajectories) for k, v in sorted(components.items())})
-    turns = [turn.info for t in trajectories for turn in t.turns if "parse_error" in turn.info]
-    if turns:
-        valid = [info["parse_error"] is None and info.get("tool_error") is None for info in turns]
-        metrics["valid_call_rate"] = sum(valid) / len(valid)
-    directions = [info["direction_right"] for info in turns if info.get("direction_right") is not None]
-    if directions:  # the backtest's Direction Accuracy over this update's (sampled) decisions
-        metrics["direction_accuracy"] = sum(directions) / len(directions)
-    by_index = accuracy_by_decision(turns)
-    if len(by_index) > 1:
-        metrics.update({f"direction_accuracy/decision_{k + 1}": share for k, share in by_index.items()})
-    use = information_use(turns)
-    if any(info.get("info_tools") is not None for info in turns):
-        metrics["info_call_rate"] = use["info_call_rate"]
-        metrics.update({f"tool_rate/{name}": rate for name, rate in use["tool_rates"].items()})
-        for key in ("accuracy_with_signal", "accuracy_without_signal"):
-            if use[key] is not None:
-                metrics[f"direction_{key}"] = use[key]
-    episodes = [t.final_info["episode"] for t in trajectories if "episode" in t.final_info]
-    if episodes:
-        metrics["episode_pnl_pct"] = sum(e["return_pct"] for e in episodes) / len(episodes)
-        metrics["buy_and_hold_pct"] = sum(e["buy_and_hold_pct"] for e in episodes) / len(episodes)
-        metrics["fees"] = sum(e["fees"] for e in episodes) / len(episodes)
-    return metrics
-
-
-def _accelerator() -> Accelerator:
-    """This process's Accelerator. Launched for DeepSpeed on a machine without GPUs, accelerate picks no collective
-    backend and would report a single process; DeepSpeed on CPU communicates over gloo, so ask for it."""
-    if parse_flag_from_env("ACCELERATE_USE_DEEPSPEED") and "LOCAL_RANK" in os.environ and not torch.cuda.is_available():
-        PartialState(backend="gloo")
-    return Accelerator()
 
 
 def _episode_seed(seed: int, update: int, group: int) -> int:
@@ -501,11 +385,3 @@ def _epoch_order(group: torch.Tensor, by: str, generator: torch.Generator) -> to
 
 def _chunks(n: int, size: int) -> list[torch.Tensor]:
     return [torch.arange(start, min(start + size, n)) for start in range(0, n, size)]
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop log records of updates after `step` (they were not checkpointed and will be redone), and any line a
-    crash cut short."""
-    if path.exists():
-        kept = [record for record in read_records(path) if record["update"] <= step]
-        write_file(path, "".join(json.dumps(record) + "\n" for record in kept))

@@ -1,6 +1,6 @@
 """`r1trade train` with `train.engine: trl`: TRL's GRPOTrainer on `TradingToolEnv`, into r1trade's run folder.
 
-`TRLTrainer` stands where `r1trade.rl.trainer.Trainer` stands in `r1trade.rl.run.train_run` (same lock, same
+`TRLTrainer` stands where `r1trade.rl.trainer.Trainer` stands in `r1trade.train.train_run` (same lock, same
 `--force`, same progress bar, `config.yaml` and `splits.json`), builds the GRPOTrainer from the run's config
 (`settings`), and writes r1trade's metrics and checkpoints (`run_log`, `checkpoints`). Generation and scoring run
 the model as transformers builds it (no oneDNN linears, no decoding kernel, SDPA attention), as on any GPU.

@@ -6,7 +6,7 @@ reward component, valid-call rate, direction accuracy, PnL, information-tool use
 environments finished during the round, through the native `episode_metrics`; the optimisation figures are TRL's
 logs averaged over the round's steps, under r1trade's names where one exists (`kl_ref`, `entropy`, `grad_norm`,
 `clipfrac`) and as `trl/<name>` otherwise. `update_seconds` is the update's whole wall time (TRL reports no
-phases), so a ladder record's training time (`r1trade.backtest.ladder.training_cost`) counts all of it.
+phases), so a ladder record's training time (`r1trade.eval.ladder.training_cost`) counts all of it.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from r1trade.integrations.trl.checkpoints import save_trl_checkpoint
 from r1trade.integrations.trl.environment import Episode
 from r1trade.integrations.trl.settings import steps_per_update
 from r1trade.outputs import append_line
+from r1trade.rl.episode_metrics import episode_metrics
 from r1trade.rl.metrics_log import METRICS_FILE
-from r1trade.rl.trainer import episode_metrics
 
 TRL_NAMES = {"kl": "kl_ref", "entropy": "entropy", "grad_norm": "grad_norm", "loss": "loss",
              "learning_rate": "learning_rate", "clip_ratio/region_mean": "clipfrac"}

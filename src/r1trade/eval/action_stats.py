@@ -29,6 +29,7 @@ from r1trade.agent.rollout import RolloutEngine, Trajectory, Turn, sampling_from
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS
 from r1trade.config import Config
 from r1trade.env.information import information_use
+from r1trade.env.trading_env import make_envs
 
 OTHER = ("info", "malformed")
 
@@ -90,8 +91,6 @@ def action_stats(
     policy, tokenizer, config: Config, *, split: str = "test", episodes: int = 16, seed: int = 0
 ) -> ActionStats:
     """Play `episodes` greedy episodes of `split` and measure the policy's actions (see the module docstring)."""
-    from r1trade.env.trading_env import make_envs
-
     seeds = [seed * 1_000_003 + i for i in range(episodes)]
     runs = {}
     for greedy in (True, False):

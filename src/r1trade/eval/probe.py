@@ -29,13 +29,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from r1trade.agent.action_stats import action_word_ids, expected_direction, word_logprob
 from r1trade.agent.critic import backbone_hidden, causal_lm
+from r1trade.agent.model import load_agent_models, load_policy
 from r1trade.agent.rollout import ChatTokens
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
-from r1trade.config import Config
+from r1trade.config import Config, load_config
+from r1trade.env.trading_env import make_envs
 from r1trade.errors import UsageError
+from r1trade.eval.action_stats import action_word_ids, expected_direction, word_logprob
 from r1trade.outputs import write_file
+from r1trade.rl.checkpoint import list_checkpoints
 
 SIDES = ("long", "short")
 CALL_PREFIX = '<tool_call>{"name": "place_order", "arguments": {"side": "'
@@ -70,8 +73,6 @@ class ProbeResult:
 
 def probe_points(config: Config, tokenizer, *, split: str = "test", count: int = 200) -> list[ProbePoint]:
     """`count` one-decision contexts at evenly spaced decision bars of `split` (fewer if the split is shorter)."""
-    from r1trade.env.trading_env import make_envs
-
     if config.env.observation == "price_only":
         raise UsageError(
             "probe-run writes the observed changes into the reasoning, which a price_only agent has to fetch "
@@ -218,10 +219,6 @@ def probe_run(run_dir: Path, *, every: int = 1, count: int = 200, split: str = "
     Results go to `<run_dir>/probe-<split>.json` (a list of {step, ...summary}) after each checkpoint; steps already
     there with the same probe size are not probed again, so the curve can grow while the run trains.
     """
-    from r1trade.agent.model import load_agent_models, load_policy
-    from r1trade.config import load_config
-    from r1trade.rl.checkpoint import list_checkpoints
-
     if not (run_dir / "config.yaml").is_file():
         raise UsageError(f"'{run_dir}' is not a run directory (no config.yaml)")
     config = load_config(run_dir / "config.yaml")

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from r1trade.backtest.ladder import add_record, ladder_record, training_cost
 from r1trade.cli import main
 from r1trade.errors import UsageError
+from r1trade.eval.ladder import add_record, ladder_record, training_cost
 
 
 def _row(accuracy: float | None, ret: float) -> dict:

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import torch
 
-from r1trade.agent import probe as probe_module
-from r1trade.agent.action_stats import action_word_ids
 from r1trade.agent.model import build_tiny_model, build_tiny_tokenizer
-from r1trade.agent.probe import CALL_PREFIX, ProbePoint, carried_out, discrimination, probe, probe_points
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
+from r1trade.eval import probe as probe_module
+from r1trade.eval.action_stats import action_word_ids
+from r1trade.eval.probe import CALL_PREFIX, ProbePoint, carried_out, discrimination, probe, probe_points
 
 PLANTED = ["data.synthetic.bars=1500", "env.prompt=compact"]
 

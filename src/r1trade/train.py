@@ -13,8 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from r1trade.agent.model import load_agent_models
 from r1trade.config import Config
-from r1trade.data.source import asset_configs, asset_labels, load_config_candles
-from r1trade.data.splits import make_splits
+from r1trade.data.source import asset_configs, asset_labels, load_config_splits
+from r1trade.data.splits import Splits
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import UsageError
 from r1trade.outputs import clear_run_folder, has_run, locked_run_folder, write_file
@@ -42,7 +42,8 @@ def train_run(
                 )
             clear_run_folder(run_dir)
         torch.manual_seed(config.seed)
-        make_envs(config, 1, "train")  # builds (and caches) the market replay, failing early on bad data
+        splits = load_config_splits(config)  # each candle file read and split once, for the replays and the record
+        make_envs(config, 1, "train", splits)  # builds (and caches) the market replays, failing early on bad data
         models = load_agent_models(config.model, seed=config.seed) if config.train.engine == "r1trade" else None
         writer = _tensorboard(run_dir) if config.train.tensorboard else None
         try:
@@ -67,7 +68,7 @@ def train_run(
                     _resume(trainer, run_dir)
                     progress.update(task, completed=trainer.state.step)
                 write_file(run_dir / "config.yaml", config.to_yaml())
-                _record_splits(config, run_dir)
+                _record_splits(config, splits, run_dir)
                 return trainer.train()
         finally:
             if writer is not None:
@@ -111,15 +112,13 @@ def _figures(metrics: dict) -> str:
     return " · ".join(parts)
 
 
-def _record_splits(config: Config, run_dir: Path) -> None:
-    """The splits the run used; with several candle files (`data.paths`), each file's, by its label."""
-    described = {}
-    assets = asset_configs(config)
-    for asset, label in zip(assets, asset_labels(assets), strict=True):
-        candles, _ = load_config_candles(asset)
-        described[label] = make_splits(candles, asset.data.split).describe()
-    splits = described if config.data.paths else next(iter(described.values()))
-    write_file(run_dir / "splits.json", json.dumps(splits, indent=1) + "\n")
+def _record_splits(config: Config, splits: list[Splits], run_dir: Path) -> None:
+    """The splits the run used (`load_config_splits`); with several candle files (`data.paths`), each file's, by
+    its label."""
+    labels = asset_labels(asset_configs(config))
+    described = {label: parts.describe() for label, parts in zip(labels, splits, strict=True)}
+    recorded = described if config.data.paths else next(iter(described.values()))
+    write_file(run_dir / "splits.json", json.dumps(recorded, indent=1) + "\n")
 
 
 def _tensorboard(run_dir: Path):
