@@ -5,8 +5,8 @@
 Both play the same episodes (same seeds, greedy decoding). Run: `python benchmarks/rollout_throughput.py`.
 `--profile` also splits each mode's time into decoding steps, prefill (attention apart) and the rest;
 `--dtype bfloat16` casts the model; `--copy-prefix` makes (b) copy the system prompt's cache into every row instead
-of sharing one copy; `--no-onednn` computes the linear layers with torch's default BLAS; `--no-attention-kernel`
-keeps decoding attention in torch's products instead of the compiled kernel.
+of sharing one copy; `--cpu-kernels off` runs without r1trade's CPU fast paths (`model.cpu_kernels`: linear layers
+by torch's default BLAS, SDPA attention, the system prompt's cache copied into every row).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from collections import defaultdict
 import torch
 from transformers import AttentionInterface
 
-from r1trade.agent.attention import KERNEL_ATTENTION, grouped_query_attention
-from r1trade.agent.model import load_agent_models
-from r1trade.agent.rollout import RolloutEngine, SamplingConfig
+from r1trade.agent.engine import SamplingConfig
+from r1trade.agent.loading import load_agent_models
+from r1trade.agent.loop import RolloutEngine
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
-from r1trade.runtime import cpu_header, keep_freed_memory
+from r1trade.runtime import cpu_header
 
 
 def measure(engine: RolloutEngine, config, seeds: list[int], batch: int) -> tuple[int, float]:
@@ -39,9 +39,10 @@ def measure(engine: RolloutEngine, config, seeds: list[int], batch: int) -> tupl
 
 def profile_model_calls(engine: RolloutEngine) -> dict[str, float]:
     """Time every model call of `engine` by kind (prefill: several new columns; decode: one) into the returned dict,
-    and the attention inside them (the rollout attention, re-registered with a timer)."""
+    and the attention inside them where it is the CPU fast paths' rollout attention (re-registered with a timer)."""
     stats: dict[str, float] = defaultdict(float)
-    forward = engine._forward
+    backend = engine.backend
+    forward = backend._forward
 
     def timed(cache, ids, attention):
         started = time.perf_counter()
@@ -53,7 +54,12 @@ def profile_model_calls(engine: RolloutEngine) -> dict[str, float]:
         stats[f"{kind} real tokens"] += int(attention.sum())
         return logits
 
-    implementation = engine.model.config._attn_implementation
+    backend._forward = timed
+    if backend.cpu is None or not backend.cpu.shares_prefix(backend.model):  # transformers' own: not timed apart
+        return stats
+    from r1trade.cpu.attention import KERNEL_ATTENTION, grouped_query_attention
+
+    implementation = backend.model.config._attn_implementation
     kernel = implementation == KERNEL_ATTENTION
 
     def timed_attention(module, query, *args, **kwargs):
@@ -62,7 +68,6 @@ def profile_model_calls(engine: RolloutEngine) -> dict[str, float]:
         stats[f"{'prefill' if query.shape[2] > 1 else 'decode'} attention seconds"] += time.perf_counter() - started
         return out
 
-    engine._forward = timed
     AttentionInterface.register(implementation, timed_attention)
     return stats
 
@@ -86,20 +91,18 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--profile", action="store_true", help="split the time: decoding, prefill, attention, rest")
     parser.add_argument("--copy-prefix", action="store_true", help="(b) copies the system prompt's cache per row")
-    parser.add_argument("--no-onednn", action="store_true", help="linear layers by torch's default BLAS")
-    parser.add_argument("--no-attention-kernel", action="store_true", help="decoding attention by torch's products")
+    parser.add_argument("--cpu-kernels", choices=["auto", "off"], default="auto",
+                        help="model.cpu_kernels: off for torch's default BLAS and SDPA attention")
     args = parser.parse_args()
-    keep_freed_memory()
     overrides = [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false"]
-    switches = [f"model.onednn={not args.no_onednn}", f"model.attention_kernel={not args.no_attention_kernel}"]
-    config = load_config(args.config, [*overrides, *switches])
+    config = load_config(args.config, [*overrides, f"model.cpu_kernels={args.cpu_kernels}"])
     models = load_agent_models(config.model, seed=0)
     models.policy.to(getattr(torch, args.dtype))
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=True)
     seeds = list(range(args.envs))
     slow = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=False)
     fast = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=True)
-    fast.shared_prefix = fast.shared_prefix and not args.copy_prefix
+    fast.backend.shared_prefix = fast.backend.shared_prefix and not args.copy_prefix
     measure(fast, config, seeds[:1], 1)  # warm-up
     print(cpu_header())
     print(f"{torch.get_num_threads()} torch threads, python {platform.python_version()}, torch {torch.__version__}",

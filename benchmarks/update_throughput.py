@@ -3,8 +3,8 @@
 Default: one PPO update on a synthetic rollout batch (random token ids, a quarter of them marked as sampled) through
 the trainer's scoring pass (old/reference log-probs and values, no gradients) and one epoch of optimisation; trained
 tokens/s and peak memory, LoRA vs full, each mode in a fresh process so its peak RSS is its own. Run:
-`python benchmarks/update_throughput.py [--rows 8 --tokens 512]`; `--no-onednn` computes the linear layers with
-torch's default BLAS.
+`python benchmarks/update_throughput.py [--rows 8 --tokens 512]`; `--cpu-kernels off` runs without r1trade's CPU
+fast paths (`model.cpu_kernels`: linear layers by torch's default BLAS, SDPA attention).
 
 `--compare-shared-prefix`: whole updates (rollout, scoring, optimisation) of `btc_momentum` with LoRA, 16
 two-decision episodes in groups of 4, five ways: the path before this benchmark's options (full prompt, every row
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
-from r1trade.runtime import cpu_header, keep_freed_memory
+from r1trade.runtime import cpu_header
 
 
-def one_mode(lora: bool, rows: int, tokens: int, onednn: bool) -> dict:
-    from r1trade.agent.model import load_agent_models
+def one_mode(lora: bool, rows: int, tokens: int, cpu_kernels: str) -> dict:
+    from r1trade.agent.loading import load_agent_models
     from r1trade.config import load_config
     from r1trade.rl.batch import RolloutBatch, compute_advantages
     from r1trade.rl.trainer import Trainer
@@ -43,7 +43,7 @@ def one_mode(lora: bool, rows: int, tokens: int, onednn: bool) -> dict:
     config = load_config(
         "btc_momentum",
         [f"model.lora.enabled={str(lora).lower()}", "train.epochs=1", f"train.minibatch_size={rows}",
-         "train.micro_batch_size=2", f"model.onednn={onednn}", "train.old_logprobs=recompute",
+         "train.micro_batch_size=2", f"model.cpu_kernels={cpu_kernels}", "train.old_logprobs=recompute",
          "train.share_prefix=false"],
     )
     models = load_agent_models(config.model, seed=0)
@@ -92,7 +92,7 @@ SHARING_SETUP = ["rollout.num_envs=16", "train.group_size=4", "env.episode_decis
 
 def sharing_trainer(mode: str, overrides: list[str]):
     """A trainer of `btc_momentum` in `mode`, with `overrides` on top; prints what the mode sets."""
-    from r1trade.agent.model import load_agent_models
+    from r1trade.agent.loading import load_agent_models
     from r1trade.config import load_config
     from r1trade.env.trading_env import make_envs
     from r1trade.rl.trainer import Trainer
@@ -153,7 +153,7 @@ def profile_step(mode: str, extra: list[str]) -> None:
     seconds, the token positions it computed and the operators that took the time."""
     from torch.profiler import ProfilerActivity, profile
 
-    from r1trade.agent.critic import common_prefix_length
+    from r1trade.agent.engine import common_prefix_length
     from r1trade.rl.batch import collate, compute_advantages
 
     print(cpu_header())
@@ -177,7 +177,7 @@ def profile_step(mode: str, extra: list[str]) -> None:
         seconds = time.perf_counter() - started
     print(f"{mode}: one optimiser step of {len(rows)} rows, {positions} token positions computed: {seconds:.2f} s")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
-    from r1trade.agent.onednn import onednn_linear
+    from r1trade.cpu.onednn import onednn_linear
 
     hidden, inner = models.policy.config.hidden_size, models.policy.config.intermediate_size
     for k, m in ((hidden, inner), (inner, hidden), (hidden, hidden)):  # the model's linear shapes, alone
@@ -196,7 +196,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=512)
-    parser.add_argument("--no-onednn", action="store_true", help="linear layers by torch's default BLAS")
+    parser.add_argument("--cpu-kernels", choices=["auto", "off"], default="auto",
+                        help="model.cpu_kernels: off for torch's default BLAS and SDPA attention")
     parser.add_argument("--mode", choices=["lora", "full"], help=argparse.SUPPRESS)
     parser.add_argument("--compare-shared-prefix", action="store_true",
                         help="whole btc_momentum updates: default path vs compact prompt vs compact + shared prefix")
@@ -209,7 +210,6 @@ def main() -> None:
     parser.add_argument("--mode-set", action="append", default=[], metavar="MODE:a.b=c",
                         help="with --compare-shared-prefix: an override for one mode only (e.g. its model)")
     args = parser.parse_args()
-    keep_freed_memory()
     if args.profile_step:
         from r1trade.quiet import quiet_third_party
 
@@ -229,16 +229,16 @@ def main() -> None:
         compare_shared_prefix(args.repeats, args.modes.split(","), args.set, per_mode)
         return
     if args.mode:
-        print(json.dumps(one_mode(args.mode == "lora", args.rows, args.tokens, not args.no_onednn)))
+        print(json.dumps(one_mode(args.mode == "lora", args.rows, args.tokens, args.cpu_kernels)))
         return
     print(cpu_header())
     print(f"{torch.get_num_threads()} torch threads, python {platform.python_version()}, torch {torch.__version__}; "
           f"batch {args.rows} x {args.tokens} tokens; "
-          f"linear layers by {'torch default BLAS' if args.no_onednn else 'oneDNN'}")
+          f"CPU fast paths {args.cpu_kernels}")
     results = []
     for mode in ("lora", "full"):
         out = subprocess.run([sys.executable, __file__, "--mode", mode, "--rows", str(args.rows),
-                              "--tokens", str(args.tokens), *(["--no-onednn"] if args.no_onednn else [])],
+                              "--tokens", str(args.tokens), "--cpu-kernels", args.cpu_kernels],
                              capture_output=True, text=True, check=True)
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     for r in results:

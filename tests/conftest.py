@@ -1,4 +1,5 @@
-"""Shared fixtures: small synthetic candles and the shipped sample's path."""
+"""Shared fixtures: small synthetic candles and the shipped sample's path; `--cpu-kernels=off` runs the session
+without r1trade's CPU fast paths."""
 
 from __future__ import annotations
 
@@ -14,6 +15,31 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample" / "btc_usd_1h.parquet"
+CPU_TESTS = Path(__file__).resolve().parent / "cpu"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-kernels", choices=("auto", "off"), default=None,
+        help="set model.cpu_kernels for the whole session, commands the tests start included (R1TRADE_CPU_KERNELS)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cpu_kernels: needs the CPU fast paths on (skipped with --cpu-kernels=off)")
+    setting = config.getoption("--cpu-kernels")
+    if setting is not None:
+        os.environ["R1TRADE_CPU_KERNELS"] = setting
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """tests/cpu tests the fast paths themselves: with the kernels off they are skipped, as is any test marked so."""
+    skip = pytest.mark.skip(reason="the CPU fast paths are off (--cpu-kernels=off)")
+    for item in items:
+        if CPU_TESTS in item.path.parents:
+            item.add_marker("cpu_kernels")
+        if os.environ.get("R1TRADE_CPU_KERNELS") == "off" and item.get_closest_marker("cpu_kernels"):
+            item.add_marker(skip)
 
 
 def make_synthetic_candles(n: int = 500, *, seed: int = 0, start: str = "2021-01-01", freq: str = "1h") -> pd.DataFrame:

@@ -8,8 +8,8 @@ from collections import Counter
 
 import numpy as np
 
-from r1trade.agent.model import build_tiny_tokenizer
-from r1trade.agent.rollout import ChatTokens, Turn
+from r1trade.agent.loop import ChatTokens, Turn
+from r1trade.agent.tokenizer import build_tiny_tokenizer
 from r1trade.agent.warmstart import ACTION_PROMPT, collect_demonstrations, observed_changes, random_turn
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs

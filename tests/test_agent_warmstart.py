@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from r1trade.agent import model as model_module
-from r1trade.agent.model import build_tiny_tokenizer, load_agent_models
-from r1trade.agent.rollout import ChatTokens
+from r1trade.agent import loading
+from r1trade.agent.loading import load_agent_models
+from r1trade.agent.loop import ChatTokens
+from r1trade.agent.tokenizer import build_tiny_tokenizer
 from r1trade.agent.warmstart import check_turns_fit, collect_demonstrations, demonstration_turn, longest_turn
 from r1trade.cli import main
 from r1trade.config import ModelConfig, load_config
@@ -104,7 +105,7 @@ def test_warmstart_refuses_demonstrations_the_rollout_would_cut_off(capsys, tmp_
 def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path, monkeypatch, lora_auto: bool):
     extra = []
     if lora_auto:  # bfloat16 hardware and LoRA: the warm start still loads and saves float32 weights
-        monkeypatch.setattr(model_module, "native_bfloat16", lambda: True)
+        monkeypatch.setattr(loading, "native_bfloat16", lambda model_config: True)
         extra = ["--set", "model.lora.enabled=true", "--set", "model.dtype=auto"]
     code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={tmp_path}", "--set", "rollout.max_new_tokens=128",
                  "--set", "warmstart.max_steps=2", "--set", "warmstart.episodes=1", "--set", "env.episode_decisions=2",

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from env_fixtures import call, long
 
-from r1trade.agent.model import build_tiny_tokenizer
-from r1trade.agent.rollout import ChatTokens
+from r1trade.agent.loop import ChatTokens
+from r1trade.agent.tokenizer import build_tiny_tokenizer
 from r1trade.agent.warmstart import collect_demonstrations, random_decision
 from r1trade.config import load_config
 from r1trade.env.information import accuracy_by_decision, information_use
@@ -113,6 +113,25 @@ def test_random_decisions_look_zero_to_two_times_then_trade_restating_only_what_
         signal_seen.append("get_changes" in names)
     assert set(looks) == {0, 1, 2}
     assert 0.1 < np.mean(signal_seen) < 0.45  # 1/3 * 1/4 + 1/3 * 1/2 = 0.25 in expectation
+
+
+def test_always_call_comes_first_and_restate_none_leaves_only_the_action() -> None:
+    config = load_config("smoke", [*PRICE_ONLY, "env.episode_decisions=1"])
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        (env,) = make_envs(config, 1)
+        env.reset(seed=seed)
+        *information, trade = random_decision(env, rng, ["long", "short"], plain=True, max_info_calls=2,
+                                              always_call=["get_changes"], restate="none")
+        names = [parse_tool_call(turn, env.registry.parameters).name for turn in information]
+        assert names[0] == "get_changes" and names.count("get_changes") == 1 and 1 <= len(names) <= 3
+        assert re.fullmatch(r"Action: (long|short)\.", trade.split("\n", 1)[0]), trade  # nothing restated
+
+
+def test_an_always_call_that_is_no_information_tool_is_refused() -> None:
+    config = load_config("smoke", [*PRICE_ONLY, "warmstart.policy=random", "warmstart.always_call=[place_order]"])
+    with pytest.raises(ConfigError, match="always_call names 'place_order'"):
+        collect_demonstrations(config, ChatTokens(build_tiny_tokenizer()), episodes=1, seed=0)
 
 
 def test_warm_start_demonstrations_parse_as_valid_calls() -> None:

@@ -156,7 +156,7 @@ def test_an_episode_runs_end_to_end_with_the_compact_prompt(replay: MarketReplay
 
 def test_the_warm_start_demonstrates_in_the_compact_prompt() -> None:
     """Demonstrations are played through the env, so they carry the configured prompt, as rollouts do."""
-    from r1trade.agent.rollout import ChatTokens
+    from r1trade.agent.loop import ChatTokens
     from r1trade.agent.warmstart import collect_demonstrations
 
     config = load_config("smoke", ["env.prompt=compact"])

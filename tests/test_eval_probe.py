@@ -8,7 +8,8 @@ import math
 import numpy as np
 import torch
 
-from r1trade.agent.model import build_tiny_model, build_tiny_tokenizer
+from r1trade.agent.loading import build_tiny_model
+from r1trade.agent.tokenizer import build_tiny_tokenizer
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.eval import probe as probe_module

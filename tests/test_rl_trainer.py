@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from r1trade.agent.model import load_agent_models
+from r1trade.agent.loading import load_agent_models
 from r1trade.config import Config, load_config
 from r1trade.rl.checkpoint import latest_checkpoint
 from r1trade.rl.trainer import Trainer, TrainingInterrupted
@@ -180,11 +180,11 @@ def test_advantage_mask_changes_nothing_with_credit_per_turn_and_the_loss_mask(t
 
 def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Path, monkeypatch):
     """d loss / d log π(token) on observation tokens: exactly zero with the loss mask, non-zero without it."""
-    import r1trade.rl.trainer as trainer_module
+    from r1trade.agent import scoring
     from r1trade.rl.batch import collate, compute_advantages
 
     captured = []
-    real = trainer_module.token_logprobs_and_entropy
+    real = scoring.token_logprobs_and_entropy
 
     def capture(*args, **kwargs):
         logprobs, entropy = real(*args, **kwargs)
@@ -193,7 +193,7 @@ def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Pat
             captured.append(logprobs)
         return logprobs, entropy
 
-    monkeypatch.setattr(trainer_module, "token_logprobs_and_entropy", capture)
+    monkeypatch.setattr(scoring, "token_logprobs_and_entropy", capture)  # what `token_outputs` calls
     for masked in (True, False):
         switch = str(masked).lower()  # both masks on, or both off (observation tokens then get advantages too)
         config = make_config(updates=1, loss_mask=switch, advantage_mask=switch)
@@ -212,7 +212,7 @@ def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Pat
 
 
 def test_episode_metrics_count_direction_accuracy_over_decisions_only():
-    from r1trade.agent.rollout import Trajectory, Turn
+    from r1trade.agent.loop import Trajectory, Turn
     from r1trade.rl.episode_metrics import episode_metrics
 
     def turn(right):

@@ -18,7 +18,6 @@ from r1trade import __version__
 from r1trade.config import Config, load_config
 from r1trade.errors import R1TradeError, TrainingInterrupted, UsageError
 from r1trade.outputs import write_file
-from r1trade.runtime import keep_freed_memory
 
 if TYPE_CHECKING:
     from r1trade.backtest.assets import AssetsOutcome
@@ -301,8 +300,9 @@ def show_rollout(
     """Play one episode and print it: sampled tokens highlighted, masked tokens dimmed, rewards per turn."""
     import torch
 
-    from r1trade.agent.model import load_agent_models
-    from r1trade.agent.rollout import RolloutEngine, sampling_from_config
+    from r1trade.agent.engine import sampling_from_config
+    from r1trade.agent.loading import load_agent_models
+    from r1trade.agent.loop import RolloutEngine
     from r1trade.agent.viewer import render_trajectory
     from r1trade.env.trading_env import make_envs
     from r1trade.rl.checkpoint import load_trained_agent
@@ -347,7 +347,7 @@ def action_stats_command(
     out: Annotated[Path | None, typer.Option(help="write the figures as JSON here")] = None,
 ) -> None:
     """A policy on held-out decisions: valid calls, action mix, entropy at the decision token."""
-    from r1trade.agent.model import load_base_model
+    from r1trade.agent.loading import load_base_model
     from r1trade.eval.action_stats import action_stats
     from r1trade.rl.checkpoint import load_trained_agent
 
@@ -743,7 +743,6 @@ def paper_report_command(
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; known errors become one line on stderr and an exit code (2 usage/config, 1 runtime)."""
     args = sys.argv[1:] if argv is None else argv
-    keep_freed_memory()
     try:
         result = app(args=args, prog_name="r1trade", standalone_mode=False)
     except R1TradeError as exc:

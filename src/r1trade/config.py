@@ -293,7 +293,8 @@ class ModelConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "float32",
         description="the base model's weights; auto: bfloat16 where LoRA freezes them and the hardware multiplies"
-        " bfloat16 natively (a CPU with AMX or AVX-512 BF16, a CUDA GPU that supports it), float32 otherwise."
+        " bfloat16 natively (a CUDA GPU that supports it, or with cpu_kernels auto a CPU with AMX or AVX-512 BF16),"
+        " float32 otherwise."
         " LoRA adapters and the value head always train in float32",
     )
     cache_dir: str | None = Field(
@@ -306,16 +307,12 @@ class ModelConfig(Section):
     gradient_checkpointing: bool = Field(
         False, description="recompute activations during the backward pass: less memory, slower updates"
     )
-    onednn: bool = Field(
-        True,
-        description="compute linear layers on CPU with oneDNN instead of torch's default BLAS (~2x faster on AMD"
-        " CPUs, same results to float32 rounding)",
-    )
-    attention_kernel: bool = Field(
-        True,
-        description="decoding steps of a rollout attend through r1trade's C kernel (~2x faster than torch's"
-        " products on CPU), compiled on first use with the system C compiler ($CC, else cc) into the cache;"
-        " without a compiler, torch's products (same results to float32 rounding)",
+    cpu_kernels: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: r1trade's CPU fast paths (r1trade.cpu) where the CPU runs them: linear layers through"
+        " oneDNN (~2x faster on AMD CPUs), rollout attention with decoding steps by a C kernel compiled on first use"
+        " ($CC, else cc), bfloat16 for dtype auto on a CPU with bfloat16 units; same results to float32 rounding."
+        " off: transformers and torch alone (SDPA attention). The environment's R1TRADE_CPU_KERNELS overrides it",
     )
     lora: LoraConfig = LoraConfig()
     critic: Literal["value_head", "separate"] = Field(
@@ -325,6 +322,15 @@ class ModelConfig(Section):
     critic_name_or_path: str | None = Field(
         None, description="backbone of a separate critic (default: the policy's base model), same tokenizer"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced_switches(cls, raw: Any) -> Any:
+        """`onednn` and `attention_kernel` became the one switch `cpu_kernels`."""
+        replaced = [key for key in ("onednn", "attention_kernel") if isinstance(raw, dict) and key in raw]
+        if replaced:
+            raise ValueError(f"model.{replaced[0]} was replaced by model.cpu_kernels (auto or off)")
+        return raw
 
     @model_validator(mode="after")
     def _check_critic(self) -> ModelConfig:
@@ -455,6 +461,14 @@ class WarmstartConfig(Section):
     max_info_calls: int = Field(
         0, ge=0, description="the random policy's information calls before each trade: 0 to this many, drawn "
         "uniformly, each a distinct information tool drawn at random"
+    )
+    restate: Literal["all", "none"] = Field(
+        "all", description="the random policy's trade reasoning under env.observation price_only: one line of each "
+        "tool it called (all), or nothing but the action (none: every trade turn is as short, whatever was called)"
+    )
+    always_call: list[str] = Field(
+        [], description="information tools every random demonstration calls first, before its random draws (a "
+        "diagnostic: with [get_changes] every trade has the signal in view)"
     )
     episodes: int = Field(16, ge=1, description="demonstration episodes played on the train split")
     episode_decisions: int | None = Field(

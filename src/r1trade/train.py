@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from r1trade.agent.model import load_agent_models
+from r1trade.agent.loading import load_agent_models
 from r1trade.config import Config
 from r1trade.data.source import asset_configs, asset_labels, load_config_splits
 from r1trade.data.splits import Splits

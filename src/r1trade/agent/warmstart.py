@@ -18,6 +18,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers import PrinterCallback, TrainerCallback
 
-from r1trade.agent.rollout import ChatTokens
+from r1trade.agent.loop import ChatTokens
 from r1trade.config import Config
 from r1trade.env.information import SIGNAL_TOOL
 from r1trade.env.trading_env import TradingEnv, make_envs
@@ -89,13 +90,15 @@ def random_turn(
     *,
     plain: bool = False,
     looked: Sequence[str] = (),
+    restate: Literal["all", "none"] = "all",
 ) -> str:
     """A uniformly random trade action after a line that restates the changes the agent has seen, and nothing else.
 
     The action is drawn from `choices` (long, short when allowed, hold and close by default); an order's size, stop
     and take-profit are drawn too, unless `plain` (the largest allowed size, no stop, no take-profit). The reasoning
     names no cause: it restates the changes the observation showed (`env.observation: full`), or one line of what
-    each information tool `looked` at this decision returned (`restated_result`), then `Action: <action>.`; the
+    each information tool `looked` at this decision returned (`restated_result`; nothing with `restate` none, so
+    every trade turn is as short whatever was looked at), then `Action: <action>.`; the
     token after `Action:` is the one that picks the trade, and the call carries it out.
     """
     actions = [a for a in choices if a != "short" or env.env_config.allow_short]
@@ -119,8 +122,8 @@ def random_turn(
         call = _simple("hold" if action == "hold" else "close_position")
     if env.env_config.observation == "full":
         facts = [observed_changes(env)]
-    else:  # each tool's answer, restated alike, so no tool's turn is longer to write than another's
-        facts = [restated_result(env, name) for name in looked]
+    else:  # each tool's answer restated alike (or none), so no tool's turn is longer to write than another's
+        facts = [restated_result(env, name) for name in looked] if restate == "all" else []
     reasoning = "".join(f"{fact}. " for fact in facts) + f"{ACTION_PROMPT} {action}."
     return f"{reasoning}\n<tool_call>{json.dumps(call)}</tool_call>"
 
@@ -146,16 +149,23 @@ def restated_result(env: TradingEnv, name: str) -> str:
 
 
 def random_decision(
-    env: TradingEnv, rng: np.random.Generator, choices: Sequence[str], *, plain: bool, max_info_calls: int
+    env: TradingEnv,
+    rng: np.random.Generator,
+    choices: Sequence[str],
+    *,
+    plain: bool,
+    max_info_calls: int,
+    always_call: Sequence[str] = (),
+    restate: Literal["all", "none"] = "all",
 ) -> list[str]:
-    """The random policy's turns for one decision: 0 to `max_info_calls` distinct information tools (how many and
-    which drawn at random), then `random_turn`, whose reasoning restates what they returned. Tools only read the
+    """The random policy's turns for one decision: the tools in `always_call`, then 0 to `max_info_calls` other
+    distinct information tools (how many and which drawn at random), then `random_turn`, whose reasoning restates what they returned. Tools only read the
     market, so every turn can be written before the first is played."""
     count = int(rng.integers(max_info_calls + 1)) if max_info_calls else 0
-    tools = sorted(env.info_tools)
-    looked = [tools[i] for i in rng.permutation(len(tools))[:count]] if count else []
+    tools = sorted(env.info_tools - set(always_call))
+    looked = [*always_call, *([tools[i] for i in rng.permutation(len(tools))[:count]] if count else [])]
     return [*(information_turn(env, name) for name in looked),
-            random_turn(env, rng, choices, plain=plain, looked=looked)]
+            random_turn(env, rng, choices, plain=plain, looked=looked, restate=restate)]
 
 
 def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, seed: int) -> list[dict]:
@@ -170,12 +180,16 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
     rng = np.random.default_rng(seed)
     actions = np.random.default_rng([seed, 1])  # the random policy's draws, apart from the episode seeds
     warm = config.warmstart
-    if warm.policy == "random" and warm.max_info_calls >= config.env.max_tool_calls:
+    if warm.policy == "random" and warm.max_info_calls + len(warm.always_call) >= config.env.max_tool_calls:
         raise ConfigError(
-            f"warmstart.max_info_calls ({warm.max_info_calls}) must be below env.max_tool_calls "
+            f"warmstart.max_info_calls ({warm.max_info_calls}) plus always_call ({len(warm.always_call)}) must be "
+            f"below env.max_tool_calls "
             f"({config.env.max_tool_calls}): the trade would be a forced hold"
         )
     for env in make_envs(config, episodes, "train"):
+        if unknown := sorted(set(warm.always_call) - env.info_tools):
+            raise ConfigError(f"warmstart.always_call names {unknown[0]!r}, not one of the information tools "
+                              f"{', '.join(sorted(env.info_tools))}")
         messages, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
         ids = chat.context(messages)
         mask = [0] * len(ids)
@@ -185,7 +199,8 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
                 text = demonstration_turn(env)
             else:
                 planned = planned or random_decision(
-                    env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls
+                    env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls,
+                    always_call=warm.always_call, restate=warm.restate,
                 )
                 text = planned.pop(0)
             turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -277,7 +292,7 @@ def warmstart(config: Config, run_dir: Path, *, console: Console | None = None) 
     from peft import LoraConfig as PeftLoraConfig
     from trl import SFTConfig, SFTTrainer
 
-    from r1trade.agent.model import load_base_model
+    from r1trade.agent.loading import load_base_model
 
     settings = config.warmstart
     # the adapter is merged into the weights saved below: with `auto` they stay float32, so the saved model is the

@@ -40,8 +40,8 @@ from r1trade.env.information import SIGNAL_TOOL, accuracy_by_decision, informati
 from r1trade.errors import DataError
 
 if TYPE_CHECKING:
-    from r1trade.agent.model import AgentModels
-    from r1trade.agent.rollout import TextEnv, Trajectory
+    from r1trade.agent.loop import TextEnv, Trajectory
+    from r1trade.agent.models import AgentModels
     from r1trade.env.trading_env import TradingEnv
 
 ACTION_KINDS = ("Long", "Short", "Close", "Hold", "Forced Hold")
@@ -57,7 +57,7 @@ WINDOW_END = "window end"
 
 
 class Player(Protocol):
-    """Plays one episode per env, all as one batch (`r1trade.agent.rollout.RolloutEngine` is one)."""
+    """Plays one episode per env, all as one batch (`r1trade.agent.loop.RolloutEngine` is one)."""
 
     def run(self, envs: Sequence[TextEnv], seeds: Sequence[int | None]) -> list[Trajectory]: ...
 
@@ -203,7 +203,8 @@ def _action_kind(info: dict[str, Any]) -> str:
 
 def run_model(name: str, models: AgentModels, context: ReportContext, *, note: str) -> StrategyRun:
     """`models`' policy as a strategy on the context's split, by the module's protocol (greedy decoding)."""
-    from r1trade.agent.rollout import RolloutEngine, sampling_from_config
+    from r1trade.agent.engine import sampling_from_config
+    from r1trade.agent.loop import RolloutEngine
 
     sampling = sampling_from_config(context.config.rollout, greedy=True)
     engine = RolloutEngine(models.policy, models.tokenizer, sampling)

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from r1trade.agent.rollout import RolloutEngine, Trajectory, Turn, sampling_from_config
+from r1trade.agent.engine import sampling_from_config
+from r1trade.agent.loop import RolloutEngine, Trajectory, Turn
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS
 from r1trade.config import Config
 from r1trade.env.information import information_use

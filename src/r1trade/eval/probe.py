@@ -29,16 +29,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from r1trade.agent.critic import backbone_hidden, causal_lm
-from r1trade.agent.model import load_agent_models, load_policy
-from r1trade.agent.rollout import ChatTokens
+from r1trade.agent.loading import load_agent_models
+from r1trade.agent.loop import ChatTokens
+from r1trade.agent.scoring import backbone_hidden, causal_lm
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
 from r1trade.config import Config, load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import UsageError
 from r1trade.eval.action_stats import action_word_ids, expected_direction, word_logprob
 from r1trade.outputs import write_file
-from r1trade.rl.checkpoint import list_checkpoints
+from r1trade.rl.checkpoint import list_checkpoints, load_policy
 
 SIDES = ("long", "short")
 CALL_PREFIX = '<tool_call>{"name": "place_order", "arguments": {"side": "'

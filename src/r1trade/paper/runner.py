@@ -358,7 +358,8 @@ def paper_trade(
     is refused before the model loads: a missing checkpoint, another decision interval than the checkpoint's,
     an unknown gap policy, a bad market or candle file, a journal of another run or a damaged one.
     """
-    from r1trade.agent.rollout import RolloutEngine, sampling_from_config
+    from r1trade.agent.engine import sampling_from_config
+    from r1trade.agent.loop import RolloutEngine
     from r1trade.rl.checkpoint import load_trained_agent
 
     if on_gap not in ("tell", "skip"):

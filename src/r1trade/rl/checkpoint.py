@@ -6,7 +6,8 @@ stays. Nothing in it is a pickle: weights are safetensors, optimizer and random-
 JSON (`state_files`), so loading a checkpoint from elsewhere cannot run code. Under DeepSpeed ZeRO the optimiser
 state is sharded across processes: each process writes its shard with DeepSpeed's own checkpointing into
 `deepspeed/` (pickles, which a resume reads only once `deepspeed_files_are_plain` has vetted them), and a resume
-needs the same number of processes.
+needs the same number of processes. The policy and the critic are written by `save_policy` and `save_critic` (also
+for TRL's runs), each with the model identity their loaders check.
 """
 
 from __future__ import annotations
@@ -23,21 +24,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from peft import set_peft_model_state_dict
 from safetensors import SafetensorError
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
 
-from r1trade.agent.model import (
-    AgentModels,
-    load_agent_models,
-    load_critic,
-    load_policy,
-    save_critic,
-    save_policy,
-)
-from r1trade.config import Config, load_config
+from r1trade.agent.loading import TINY_RANDOM, TINY_RANDOM_QWEN, load_agent_models, model_dtype
+from r1trade.agent.models import AgentModels
+from r1trade.config import Config, ModelConfig, load_config
 from r1trade.errors import CheckpointError, OutputError, UsageError
 from r1trade.outputs import replace_folder
 from r1trade.rl.state_files import load_state, save_state, state_files
-from r1trade.safe_load import first_line, read_json_object
+from r1trade.safe_load import first_line, read_json_object, read_tensors
 
 if TYPE_CHECKING:
     from torch.optim.lr_scheduler import LRScheduler
@@ -229,3 +227,201 @@ def _require_complete(path: Path) -> None:
     missing = [name for name in needed if not (path / name).exists()]
     if missing:
         raise UsageError(f"incomplete checkpoint '{path}': missing {', '.join(missing)}")
+
+
+# --------------------------------------------------------------------------- the policy and the critic
+
+_IDENTITY_FILE = "r1trade_model.json"
+
+
+def save_policy(models: AgentModels, directory: Path) -> None:
+    """Write the policy to `directory`: the LoRA adapter (peft format) or the full model as safetensors, the
+    tokenizer, and the model identity that `load_policy` checks."""
+    directory.mkdir(parents=True, exist_ok=True)
+    models.policy.save_pretrained(directory)
+    models.tokenizer.save_pretrained(directory)
+    _write_identity(directory, "policy", models.config)
+
+
+def load_policy(models: AgentModels, directory: Path) -> None:
+    """Load a `save_policy` checkpoint into `models.policy` in place (optimizer references stay valid)."""
+    _check_identity(directory, "policy", models.config)
+    if models.lora:
+        weights = read_tensors(directory / "adapter_model.safetensors")
+        try:
+            result = set_peft_model_state_dict(models.policy, weights)
+        except RuntimeError as exc:  # a tensor of the wrong shape
+            raise CheckpointError(f"{directory}: the adapter does not fit ({first_line(exc)})") from None
+        missing = [key for key in result.missing_keys if "lora_" in key]
+        if result.unexpected_keys or missing:
+            raise UsageError(
+                f"{directory}: the adapter does not fit the policy ({len(missing)} tensors missing)"
+            )
+    else:
+        try:  # safetensors only: a pickled pytorch_model.bin beside it is never read
+            saved = AutoModelForCausalLM.from_pretrained(
+                directory, dtype=model_dtype(models.config), use_safetensors=True, local_files_only=True
+            )
+            models.policy.load_state_dict(saved.state_dict())
+        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+            raise CheckpointError(f"{directory}: cannot load the policy's weights ({first_line(exc)})") from None
+
+
+def save_critic(models: AgentModels, directory: Path) -> None:
+    """Write the critic's trainable tensors (the head, plus a separate backbone's adapter or weights) to
+    `directory/critic.safetensors`, with the model identity that `load_critic` checks."""
+    directory.mkdir(parents=True, exist_ok=True)
+    named = models.critic.named_parameters()
+    tensors = {name: p.detach().contiguous() for name, p in named if p.requires_grad}
+    save_file(tensors, directory / "critic.safetensors")
+    _write_identity(directory, "critic", models.config)
+
+
+def load_critic(models: AgentModels, directory: Path) -> None:
+    """Load a `save_critic` checkpoint into `models.critic` in place."""
+    _check_identity(directory, "critic", models.config)
+    tensors = read_tensors(directory / "critic.safetensors")
+    expected = {name for name, p in models.critic.named_parameters() if p.requires_grad}
+    if set(tensors) != expected:
+        raise UsageError(
+            f"{directory}: the checkpoint does not fit the critic"
+            f" ({len(expected - set(tensors))} tensors missing, {len(set(tensors) - expected)} unexpected)"
+        )
+    try:
+        models.critic.load_state_dict(tensors, strict=False)
+    except RuntimeError as exc:  # a tensor of the wrong shape
+        raise CheckpointError(f"{directory}: the critic's tensors do not fit ({first_line(exc)})") from None
+
+
+def _identity(part: str, model_config: ModelConfig) -> dict[str, object]:
+    """What a checkpoint's weights depend on: the base model, the adapter shape and, for the critic, its kind."""
+    lora = model_config.lora
+    identity: dict[str, object] = {
+        "part": part,
+        "name_or_path": model_config.name_or_path,
+        "lora": None,
+    }
+    if lora.enabled:
+        identity["lora"] = {"r": lora.r, "alpha": lora.alpha, "target_modules": lora.target_modules}
+    if model_config.name_or_path in (TINY_RANDOM, TINY_RANDOM_QWEN):
+        identity["tiny_seed"] = model_config.tiny_seed
+    if part == "critic":
+        identity["critic"] = model_config.critic
+        identity["critic_name_or_path"] = model_config.critic_name_or_path
+    return identity
+
+
+def _write_identity(directory: Path, part: str, model_config: ModelConfig) -> None:
+    (directory / _IDENTITY_FILE).write_text(json.dumps(_identity(part, model_config), indent=1) + "\n")
+
+
+def _check_identity(directory: Path, part: str, model_config: ModelConfig) -> None:
+    path = directory / _IDENTITY_FILE
+    if not path.is_file():
+        raise UsageError(f"not a {part} checkpoint: {path} is missing")
+    saved = read_json_object(path)
+    if saved.get("part") != part:
+        raise UsageError(f"not a {part} checkpoint: {directory} holds a {saved.get('part')}")
+    expected = _identity(part, model_config)
+    differ = [f"{key} {saved.get(key)!r} vs {want!r}" for key, want in expected.items() if saved.get(key) != want]
+    if differ:
+        raise UsageError(f"{directory} holds a {part} for another model config ({', '.join(differ)})")
+
+
+# --------------------------------------------------------------------------- the policy and the critic
+
+_IDENTITY_FILE = "r1trade_model.json"
+
+
+def save_policy(models: AgentModels, directory: Path) -> None:
+    """Write the policy to `directory`: the LoRA adapter (peft format) or the full model as safetensors, the
+    tokenizer, and the model identity that `load_policy` checks."""
+    directory.mkdir(parents=True, exist_ok=True)
+    models.policy.save_pretrained(directory)
+    models.tokenizer.save_pretrained(directory)
+    _write_identity(directory, "policy", models.config)
+
+
+def load_policy(models: AgentModels, directory: Path) -> None:
+    """Load a `save_policy` checkpoint into `models.policy` in place (optimizer references stay valid)."""
+    _check_identity(directory, "policy", models.config)
+    if models.lora:
+        weights = read_tensors(directory / "adapter_model.safetensors")
+        try:
+            result = set_peft_model_state_dict(models.policy, weights)
+        except RuntimeError as exc:  # a tensor of the wrong shape
+            raise CheckpointError(f"{directory}: the adapter does not fit ({first_line(exc)})") from None
+        missing = [key for key in result.missing_keys if "lora_" in key]
+        if result.unexpected_keys or missing:
+            raise UsageError(
+                f"{directory}: the adapter does not fit the policy ({len(missing)} tensors missing)"
+            )
+    else:
+        try:  # safetensors only: a pickled pytorch_model.bin beside it is never read
+            saved = AutoModelForCausalLM.from_pretrained(
+                directory, dtype=model_dtype(models.config), use_safetensors=True, local_files_only=True
+            )
+            models.policy.load_state_dict(saved.state_dict())
+        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+            raise CheckpointError(f"{directory}: cannot load the policy's weights ({first_line(exc)})") from None
+
+
+def save_critic(models: AgentModels, directory: Path) -> None:
+    """Write the critic's trainable tensors (the head, plus a separate backbone's adapter or weights) to
+    `directory/critic.safetensors`, with the model identity that `load_critic` checks."""
+    directory.mkdir(parents=True, exist_ok=True)
+    named = models.critic.named_parameters()
+    tensors = {name: p.detach().contiguous() for name, p in named if p.requires_grad}
+    save_file(tensors, directory / "critic.safetensors")
+    _write_identity(directory, "critic", models.config)
+
+
+def load_critic(models: AgentModels, directory: Path) -> None:
+    """Load a `save_critic` checkpoint into `models.critic` in place."""
+    _check_identity(directory, "critic", models.config)
+    tensors = read_tensors(directory / "critic.safetensors")
+    expected = {name for name, p in models.critic.named_parameters() if p.requires_grad}
+    if set(tensors) != expected:
+        raise UsageError(
+            f"{directory}: the checkpoint does not fit the critic"
+            f" ({len(expected - set(tensors))} tensors missing, {len(set(tensors) - expected)} unexpected)"
+        )
+    try:
+        models.critic.load_state_dict(tensors, strict=False)
+    except RuntimeError as exc:  # a tensor of the wrong shape
+        raise CheckpointError(f"{directory}: the critic's tensors do not fit ({first_line(exc)})") from None
+
+
+def _identity(part: str, model_config: ModelConfig) -> dict[str, object]:
+    """What a checkpoint's weights depend on: the base model, the adapter shape and, for the critic, its kind."""
+    lora = model_config.lora
+    identity: dict[str, object] = {
+        "part": part,
+        "name_or_path": model_config.name_or_path,
+        "lora": None,
+    }
+    if lora.enabled:
+        identity["lora"] = {"r": lora.r, "alpha": lora.alpha, "target_modules": lora.target_modules}
+    if model_config.name_or_path in (TINY_RANDOM, TINY_RANDOM_QWEN):
+        identity["tiny_seed"] = model_config.tiny_seed
+    if part == "critic":
+        identity["critic"] = model_config.critic
+        identity["critic_name_or_path"] = model_config.critic_name_or_path
+    return identity
+
+
+def _write_identity(directory: Path, part: str, model_config: ModelConfig) -> None:
+    (directory / _IDENTITY_FILE).write_text(json.dumps(_identity(part, model_config), indent=1) + "\n")
+
+
+def _check_identity(directory: Path, part: str, model_config: ModelConfig) -> None:
+    path = directory / _IDENTITY_FILE
+    if not path.is_file():
+        raise UsageError(f"not a {part} checkpoint: {path} is missing")
+    saved = read_json_object(path)
+    if saved.get("part") != part:
+        raise UsageError(f"not a {part} checkpoint: {directory} holds a {saved.get('part')}")
+    expected = _identity(part, model_config)
+    differ = [f"{key} {saved.get(key)!r} vs {want!r}" for key, want in expected.items() if saved.get(key) != want]
+    if differ:
+        raise UsageError(f"{directory} holds a {part} for another model config ({', '.join(differ)})")

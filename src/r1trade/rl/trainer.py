@@ -26,9 +26,10 @@ from pathlib import Path
 
 import torch
 
-from r1trade.agent.critic import backbone_hidden
-from r1trade.agent.model import AgentModels, reference_context, token_logprobs, token_logprobs_and_entropy
-from r1trade.agent.rollout import RolloutEngine, TextEnv, Trajectory, sampling_from_config
+from r1trade.agent.engine import sampling_from_config
+from r1trade.agent.loop import RolloutEngine, TextEnv, Trajectory
+from r1trade.agent.models import AgentModels, reference_context
+from r1trade.agent.scoring import token_logprobs, token_outputs
 from r1trade.config import GROUP_ALGORITHMS, Config
 from r1trade.errors import TrainingInterrupted
 from r1trade.outputs import append_line
@@ -42,32 +43,6 @@ from r1trade.rl.masks import masked_mean
 from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 
 EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
-
-
-@dataclass
-class Outputs:
-    logprobs: torch.Tensor  # (B, T) log π(token t | prefix), 0 at t = 0
-    entropy: torch.Tensor  # (B, T)
-    values: torch.Tensor | None  # (B, T) V(state before token t)
-
-
-def token_outputs(
-    models: AgentModels, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float, chunk: int,
-    with_values: bool, token_mask: torch.Tensor | None = None, share_prefix: bool = False,
-) -> Outputs:
-    """One backbone pass: log-probs and entropy from the LM head (in chunks, only where `token_mask` is 1, or
-    every real token without one), values from the critic; `share_prefix` runs the rows' common prefix once."""
-    hidden = backbone_hidden(models.policy, input_ids, attention_mask, share_prefix=share_prefix)  # (B, T, H)
-    logprobs, entropy = token_logprobs_and_entropy(
-        models.policy, input_ids, attention_mask, token_mask=token_mask, temperature=temperature, chunk_size=chunk,
-        hidden=hidden,
-    )
-    values = None
-    if with_values:
-        shared = hidden if models.critic.shares_policy_backbone else None
-        raw = models.critic(input_ids, attention_mask, hidden=shared, share_prefix=share_prefix)  # (B, T) V(..t)
-        values = torch.cat([raw.new_zeros(raw.shape[0], 1), raw[:, :-1]], dim=1)  # (B, T) V(prefix before t)
-    return Outputs(logprobs, entropy, values)
 
 
 @dataclass
@@ -206,8 +181,9 @@ class Trainer:
             ids, mask, scored = micro.input_ids, micro.attention_mask, self._scored(micro.action_mask)
             if self.uses_critic or not reuse:
                 out = token_outputs(
-                    self.models, ids, mask, temperature=temperature, chunk=cfg.logprob_chunk,
-                    with_values=self.uses_critic, token_mask=scored, share_prefix=cfg.share_prefix,
+                    self.models.policy, self.models.critic, ids, mask, temperature=temperature,
+                    chunk=cfg.logprob_chunk, with_values=self.uses_critic, token_mask=scored,
+                    share_prefix=cfg.share_prefix,
                 )
                 old_logprobs.append(out.logprobs)
                 values.append(out.values)
@@ -290,9 +266,9 @@ class Trainer:
         micro = self._through_last_action(micro)
         mask = self._loss_mask(micro)
         out = token_outputs(
-            self.models, micro.input_ids, micro.attention_mask, temperature=self._temperature(),
-            chunk=cfg.logprob_chunk, with_values=self.uses_critic, token_mask=self._scored(micro.action_mask),
-            share_prefix=cfg.share_prefix,
+            self.models.policy, self.models.critic, micro.input_ids, micro.attention_mask,
+            temperature=self._temperature(), chunk=cfg.logprob_chunk, with_values=self.uses_critic,
+            token_mask=self._scored(micro.action_mask), share_prefix=cfg.share_prefix,
         )
         pg, stats = policy_loss(out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high)
         entropy = entropy_bonus(out.entropy, mask)

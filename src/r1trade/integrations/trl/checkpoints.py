@@ -19,12 +19,19 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from r1trade.agent.critic import Critic
-from r1trade.agent.model import AgentModels, save_critic, save_policy
+from r1trade.agent.models import AgentModels
+from r1trade.agent.scoring import Critic
 from r1trade.config import Config
 from r1trade.errors import OutputError
 from r1trade.outputs import replace_folder
-from r1trade.rl.checkpoint import OPTIMIZER_STEM, STATE_FILE, checkpoint_dir, latest_checkpoint
+from r1trade.rl.checkpoint import (
+    OPTIMIZER_STEM,
+    STATE_FILE,
+    checkpoint_dir,
+    latest_checkpoint,
+    save_critic,
+    save_policy,
+)
 from r1trade.rl.state_files import save_state
 from r1trade.safe_load import first_line
 

@@ -19,12 +19,11 @@ from pathlib import Path
 from accelerate.utils import DistributedType
 from datasets import Dataset
 from peft import LoraConfig as PeftLoraConfig
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
+from transformers import PreTrainedTokenizerBase, PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import add_response_schema, parse_response
 
-from r1trade.agent.attention import ROLLOUT_ATTENTIONS
-from r1trade.agent.model import load_base_model
+from r1trade.agent.loading import load_named_model
 from r1trade.config import Config, ModelConfig
 from r1trade.errors import ConfigError, TrainingInterrupted, UsageError
 from r1trade.integrations.trl.environment import environment_factory, window_rows
@@ -48,7 +47,9 @@ class TRLTrainer:
         except (TypeError, ValueError) as exc:  # an unknown or invalid train.trl_args entry
             raise ConfigError(f"train.engine trl: GRPOConfig refused the settings: {first_line(exc)}") from None
         _refuse_sharded_weights(args)
-        model, tokenizer = _plain_model(config.model)
+        # transformers' own linears and attention: TRL generates with `generate` and scores with gradients, where
+        # r1trade's CPU fast paths bring nothing
+        model, tokenizer = load_named_model(config.model)
         require_r1trade_calls(tokenizer, config.model.name_or_path)
         if not config.model.lora.enabled and args.beta > 0 and not Path(model.config._name_or_path).is_dir():
             raise ConfigError(
@@ -88,16 +89,6 @@ def _refuse_sharded_weights(args: GRPOConfig) -> None:
             "train.engine trl saves r1trade checkpoints from the main process, which needs the whole weights: launch "
             "with DDP or DeepSpeed ZeRO stage 1 or 2, not ZeRO-3 or FSDP"
         )
-
-
-def _plain_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The base model and tokenizer with transformers' own linears and attention (TRL generates with `generate` and
-    scores with gradients, where r1trade's CPU fast paths bring nothing)."""
-    plain = model_config.model_copy(update={"onednn": False, "attention_kernel": False})
-    model, tokenizer = load_base_model(plain)
-    if model.config._attn_implementation in ROLLOUT_ATTENTIONS:
-        model.set_attn_implementation("sdpa")
-    return model, tokenizer
 
 
 def require_r1trade_calls(tokenizer: PreTrainedTokenizerBase, name: str) -> None:

@@ -6,7 +6,7 @@ heads, so a prefill of 16 rows over 1,000 cached tokens copies ~80 MB per layer.
 key/value head are folded into the query axis instead, `(B, H, Q, D) -> (B, H_kv, G·Q, D)` (row g·Q + q is query
 q of head kv·G + g), and the cache is read as it is:
 - a decoding step (one query) is fused into one pass over the cache by a compiled C kernel
-  (`r1trade.agent.decode_kernel`, with the `KERNEL_ATTENTION` implementation; ~2x faster than torch here), else
+  (`r1trade.cpu.decode_kernel`, with the `KERNEL_ATTENTION` implementation; ~2x faster than torch here), else
   two batched matrix products, `softmax(q·Kᵀ)·V` (on a 2-core CPU torch's flash kernel spends ~1.4 ms per layer
   on a step of 16 rows over 1,000 cached tokens, the two products ~1.1 ms);
 - a prefill with a mask attends with the folded query, the mask repeated for each folded group and made
@@ -37,8 +37,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from r1trade.agent.decode_kernel import decode_kernel, fits_kernel
-from r1trade.agent.onednn import has_dense_rows, onednn_computes, onednn_linear
+from r1trade.cpu.decode_kernel import decode_kernel, fits_kernel
+from r1trade.cpu.onednn import has_dense_rows, onednn_computes, onednn_linear
 
 GROUPED_ATTENTION = "r1trade_grouped"
 KERNEL_ATTENTION = "r1trade_grouped_kernel"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from r1trade.agent import decode_kernel as kernels
-from r1trade.agent.decode_kernel import KernelBuildError, build, decode_kernel, fits_kernel
+from r1trade.cpu import decode_kernel as kernels
+from r1trade.cpu.decode_kernel import KernelBuildError, build, decode_kernel, fits_kernel
 
 LOWEST = torch.finfo(torch.float32).min
 

@@ -1,4 +1,4 @@
-"""Run by tests/test_agent_cpu_fallbacks.py in a fresh process, with oneDNN held to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2`,
+"""Run by tests/cpu/test_fallbacks.py in a fresh process, with oneDNN held to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2`,
 as on a CPU without AVX-512) and no C compiler (`CC=no-such-compiler`, so no decoding kernel): the tiny model runs in
 float32 and bfloat16 with the rollout attention and the kernel asked for, and is compared with plain SDPA models.
 Prints what it found as one JSON line; warnings go to stderr, one line each.
@@ -9,12 +9,12 @@ import logging
 
 import torch
 
-from r1trade.agent import onednn
-from r1trade.agent.attention import use_decoding_attention
-from r1trade.agent.decode_kernel import decode_kernel
-from r1trade.agent.model import build_tiny_model
-from r1trade.agent.onednn import OneDNNLinear, use_onednn_linears
+from r1trade.agent.loading import build_tiny_model
 from r1trade.agent.tokenizer import build_tiny_tokenizer
+from r1trade.cpu import onednn
+from r1trade.cpu.attention import use_decoding_attention
+from r1trade.cpu.decode_kernel import decode_kernel
+from r1trade.cpu.onednn import OneDNNLinear, use_onednn_linears
 from r1trade.quiet import quiet_third_party
 
 logging.basicConfig(level=logging.WARNING, format="WARNING %(name)s: %(message)s")

@@ -6,16 +6,16 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from r1trade.agent import attention
-from r1trade.agent.attention import (
+from r1trade.agent.loading import build_tiny_model
+from r1trade.agent.tokenizer import build_tiny_tokenizer
+from r1trade.cpu import attention
+from r1trade.cpu.attention import (
     GROUPED_ATTENTION,
     KERNEL_ATTENTION,
     SharedPrefix,
     grouped_query_attention,
     use_decoding_attention,
 )
-from r1trade.agent.model import build_tiny_model
-from r1trade.agent.tokenizer import build_tiny_tokenizer
 
 
 def _sdpa_reference(query, key, value, mask, scale):
@@ -200,7 +200,7 @@ def test_a_shared_prefix_is_refused_where_gradients_are_needed() -> None:
 
 
 def test_a_prefill_mask_is_built_once_per_forward_pass_and_dropped_with_it() -> None:
-    from r1trade.agent.attention import _additive, _MaskPerForward
+    from r1trade.cpu.attention import _additive, _MaskPerForward
 
     masks, builds = _MaskPerForward(), []
 

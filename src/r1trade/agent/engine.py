@@ -1,163 +1,118 @@
-"""Batched multi-turn rollouts with token-level action masks and KV-cache reuse across turns.
+"""Generation for rollouts: turns sampled from a causal LM, a KV cache kept across turns, a common prefix shared.
 
-Every trajectory is built from token ids, never by decoding and re-tokenizing: the chat context and each
-observation are tokenized once (mask 0), sampled tokens are appended as sampled (mask 1), and any token the engine
-adds itself (a closing end-of-turn after `</tool_call>` or a truncated turn) is mask 0.
+The agent loop (`r1trade.agent.loop`) and a generation backend meet at a small contract, `GenerationBackend`: each
+turn the loop hands over every active conversation's whole context as token ids (`Prompt`), and gets back the
+tokens of its next turn, each with a log-prob and a mask bit (`Generation`: 1 sampled by the policy, 0 added by
+the backend). Nothing else crosses: the loop renders chats and steps environments, a backend knows token ids only.
+`TransformersBackend` fulfils it on a transformers model; another backend (vLLM, say) would send the contexts as
+prompts and return the sampled tokens' log-probs.
 
-All active environments are decoded as one batch that shares one KV cache. Rows of the cache are never
-recomputed: a new observation is prefilled on top of the cache, rows are left-padded per chunk (the padding is
-masked out), positions are tracked per row, and a finished environment's row is dropped from the cache. When the
-environment starts a fresh context (bounded history, `info["context_reset"]`), a new token *segment* begins with
-positions counted from zero: the row's old columns are dropped and it starts again from the prefix every context
-shares (the system prompt, prefilled once per run), so only the rest of the fresh context is prefilled. Columns no
-row attends to any more (old contexts, padding, steps of rows that had stopped) are squeezed out between turns.
+`TransformersBackend` decodes all conversations as one batch that shares one KV cache. Rows of the cache are never
+recomputed: a turn's new tokens (the last sampled token, the turn's closing and the next observation) are
+prefilled on top of the cache, rows are left-padded per chunk (the padding is masked out), positions are tracked
+per row, and a finished conversation's row is dropped from the cache. A fresh context (the environment's bounded
+history) restarts its row with positions counted from zero: the row's old columns are dropped and it starts again
+from the prefix every context shares (the system prompt, prefilled once per batch), so only the rest of the fresh
+context is prefilled. Columns no row attends to any more (old contexts, padding, steps of rows that had stopped)
+are squeezed out between turns.
 
-With the rollout attention (`r1trade.agent.attention`) the prefix's keys and values are held once for the batch
-(`SharedPrefix`) and each row's cache holds only its own columns; with any other attention the prefix is copied
-into every row.
+Sharing a prefix: a rollout's rows start with the same tokens, so they are run once and their keys and values
+copied into every row; with the CPU fast paths' rollout attention (`r1trade.cpu.attention`) they are held once for
+the batch (`SharedPrefix`) and each row's cache holds only its own columns. Scoring shares the rows' common prefix
+the same way (`common_prefix_length`, `hidden_after_shared_prefix`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+import dataclasses
+import inspect
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from torch import nn
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 
-from r1trade.agent.attention import ROLLOUT_ATTENTIONS, SharedPrefix
-from r1trade.agent.onednn import packed_weights
-
-STOP_TEXT = "</tool_call>"
+if TYPE_CHECKING:
+    from r1trade.cpu.attention import SharedPrefix
 
 
-class TextEnv(Protocol):
-    """What the engine needs from an environment (TradingEnv satisfies it)."""
-
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[list[dict], dict]: ...
-
-    def step(self, text: str) -> tuple[list[dict], float, bool, bool, dict]: ...
+# --------------------------------------------------------------------------- the contract with the agent loop
 
 
-@dataclass
-class Segment:
-    """One contiguous token sequence the model saw, with a mask bit per token (1 = sampled by the policy)."""
+@dataclass(frozen=True)
+class Prompt:
+    """One conversation's context before its next turn."""
 
-    token_ids: list[int] = field(default_factory=list)
-    action_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)  # log π_old(token) for mask-1 tokens, 0 elsewhere
-    rewards: list[float] = field(default_factory=list)  # each turn's reward on its last sampled token
-
-    def extend(self, ids: Sequence[int], *, sampled: bool, logprobs: Sequence[float] | None = None) -> None:
-        self.token_ids += ids
-        self.action_mask += [int(sampled)] * len(ids)
-        self.logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
-        self.rewards += [0.0] * len(ids)
-
-    def __len__(self) -> int:
-        return len(self.token_ids)
+    key: int
+    """Which conversation: the same key on each of its turns."""
+    token_ids: Sequence[int]
+    """The whole context, ending with the generation prompt. A conversation that is not `fresh` continues the
+    context of its previous turn: that context, the tokens generated for it, then new tokens."""
+    fresh: bool
+    """True on a conversation's first turn and when its context starts over (nothing before it is kept)."""
 
 
-@dataclass
-class Turn:
-    """One model turn: where its sampled tokens sit, what it said, and what it earned."""
+@dataclass(frozen=True)
+class Generation:
+    """One generated turn: token ids, each with a log-prob and a mask bit."""
 
-    segment: int
-    start: int  # first sampled token, index into the segment
-    end: int  # one past the last sampled token
-    text: str
-    reward: float
-    truncated: bool  # hit max_new_tokens without stopping
-    info: dict[str, Any]
-
-
-@dataclass
-class Trajectory:
-    """A whole episode: its token segments, its turns and the environment's final info."""
-
-    seed: int | None
-    group: int  # start-state id: trajectories with the same group started from the same state (GRPO)
-    segments: list[Segment] = field(default_factory=lambda: [Segment()])
-    turns: list[Turn] = field(default_factory=list)
-    terminated: bool = False
-    truncated: bool = False
-
-    @property
-    def total_reward(self) -> float:
-        return sum(turn.reward for turn in self.turns)
-
-    @property
-    def num_action_tokens(self) -> int:
-        return sum(sum(seg.action_mask) for seg in self.segments)
-
-    @property
-    def final_info(self) -> dict[str, Any]:
-        return self.turns[-1].info if self.turns else {}
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    """log π(token | context) under the sampling distribution, for mask-1 tokens; 0 elsewhere."""
+    mask: tuple[int, ...]
+    """1 for a token the policy sampled, 0 for one the backend added."""
+    stopped: bool
+    """True when the turn ended by itself (an end-of-turn token or the stop text), False at the token limit."""
 
 
-# --------------------------------------------------------------------------- chat formatting from ids
+class GenerationBackend(Protocol):
+    """Generates turns for a batch of conversations whose contexts grow turn by turn."""
+
+    def session(self) -> AbstractContextManager[None]:
+        """Around one batch of conversations: `generate` is called inside, once per turn."""
+
+    def generate(self, prompts: Sequence[Prompt], generator: torch.Generator | None) -> list[Generation]:
+        """The next turn of each conversation in `prompts`, in order; a conversation left out is over."""
 
 
-class ChatTokens:
-    """Token ids for chat pieces, rendered with the tokenizer's own chat template.
-
-    Only text the environment wrote is tokenized (each piece once); the model's own turns are kept as ids.
-    Roles the template does not know (`tool`) are sent as `user` turns.
-    """
-
-    _PROBE = "\u2063r1trade-probe\u2063"
-
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        self.tokenizer = tokenizer
-        self._stub = [{"role": "system", "content": "x"}]
-        head = self._render(self._stub, generation_prompt=False)
-        with_turn = self._render([*self._stub, {"role": "assistant", "content": self._PROBE}], False)
-        self.turn_closing = self._ids(with_turn[with_turn.index(self._PROBE) + len(self._PROBE) :])
-        self._head_len = len(head)
-        eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token) if tokenizer.eos_token else None
-        self.stop_ids = {i for i in (eos, self.turn_closing[0] if self.turn_closing else None) if i is not None}
-
-    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            [self._role(m) for m in messages], tokenize=False, add_generation_prompt=generation_prompt
-        )
-
-    @staticmethod
-    def _role(message: dict) -> dict:
-        return message if message["role"] in ("system", "user", "assistant") else {**message, "role": "user"}
-
-    def _ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    def context(self, messages: list[dict]) -> list[int]:
-        """A whole fresh context, ending with the assistant generation prompt."""
-        return self._ids(self._render(messages, generation_prompt=True))
-
-    def continuation(self, messages: list[dict]) -> list[int]:
-        """Messages appended after a closed assistant turn, ending with the generation prompt."""
-        full = self._render([*self._stub, *messages], generation_prompt=True)
-        return self._ids(full[self._head_len :])
-
-    def closing(self, sampled: Sequence[int]) -> list[int]:
-        """What the template puts after an assistant turn, minus what the model already sampled of it."""
-        closing = self.turn_closing
-        overlap = next(
-            (k for k in range(min(len(closing), len(sampled)), 0, -1) if list(sampled[-k:]) == closing[:k]), 0
-        )
-        return closing[overlap:]
-
-
-# --------------------------------------------------------------------------- the engine
+# --------------------------------------------------------------------------- sampling
 
 
 @dataclass
 class SamplingConfig:
+    """How each turn is sampled: `sampling_from_config` reads it from the `rollout` section."""
+
     max_new_tokens: int = 96
     temperature: float = 1.0
     top_p: float = 1.0
     greedy: bool = False
+
+
+def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero the tail of each row outside the smallest set of tokens whose mass reaches `top_p`."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    cumulative = sorted_probs.cumsum(dim=-1)
+    drop = cumulative - sorted_probs > top_p
+    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+def sampling_from_config(rollout_config: Any, *, greedy: bool = False) -> SamplingConfig:
+    """SamplingConfig from a RolloutConfig section."""
+    return SamplingConfig(
+        max_new_tokens=rollout_config.max_new_tokens,
+        temperature=rollout_config.temperature,
+        top_p=rollout_config.top_p,
+        greedy=greedy,
+    )
+
+
+# --------------------------------------------------------------------------- the KV cache
 
 
 class _GrowingLayer(DynamicLayer):
@@ -267,6 +222,8 @@ class _BatchCache:
 
     def share(self, prefix: _Prefix) -> None:
         """Put `prefix` before every row, held once (the rows' own caches must still be empty)."""
+        from r1trade.cpu.attention import SharedPrefix  # (only a model with the rollout attention reads it)
+
         rows, length = self.attention.shape[0], len(prefix.ids)
         attends = torch.ones(rows, length, dtype=torch.bool, device=self.attention.device)
         self.shared = SharedPrefix(prefix.layers, attends)
@@ -323,11 +280,14 @@ class _BatchCache:
         self.attention = self.attention[index]
         self.next_position = self.next_position[index]
         if self.shared is not None:
-            self.shared = SharedPrefix(self.shared.layers, self.shared.attention[index])
+            self.shared = dataclasses.replace(self.shared, attention=self.shared.attention[index])
 
 
-class RolloutEngine:
-    """Samples multi-turn episodes from a causal LM in a set of text environments, all rows as one batch."""
+# --------------------------------------------------------------------------- the backend
+
+
+class TransformersBackend:
+    """A `GenerationBackend` on a transformers causal LM: all conversations as one batch over one KV cache."""
 
     def __init__(
         self,
@@ -335,77 +295,79 @@ class RolloutEngine:
         tokenizer: PreTrainedTokenizerBase,
         sampling: SamplingConfig,
         *,
+        stop_ids: set[int],
+        stop_text: str,
         reuse_cache: bool = True,
     ) -> None:
-        """`reuse_cache=False` re-encodes each row's whole context every turn (the slow baseline, for benchmarks)."""
+        """A turn stops at a token in `stop_ids` or once its text contains `stop_text`. `reuse_cache=False`
+        re-encodes each row's whole context every turn (the slow baseline, for benchmarks)."""
         self.model = model
-        self.reuse_cache = reuse_cache
         self.tokenizer = tokenizer
         self.sampling = sampling
-        self.chat = ChatTokens(tokenizer)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.stop_ids = stop_ids
+        self.stop_text = stop_text
+        self.reuse_cache = reuse_cache
+        self.pad_id = pad_token_id(tokenizer)
         self.device = next(model.parameters()).device
-        self.shared_prefix = reuse_cache and model.config._attn_implementation in ROLLOUT_ATTENTIONS
+        self.cpu = sys.modules.get("r1trade.cpu")
+        """The CPU fast paths, where a model was loaded with them (`r1trade.agent.loading.cpu_kernels` alone
+        imports them): this model's linear layers then pack their weights for the rollout, and its attention may
+        hold a shared prefix once."""
+        self.shared_prefix = reuse_cache and self.cpu is not None and self.cpu.shares_prefix(model)
+        self._cache: _BatchCache | None = None
+        self._prefix: _Prefix | None = None
+        self._keys: list[int] = []  # the conversation of each cache row
+        self._fed: dict[int, int] = {}  # per conversation: context tokens in the cache (all but the last generated)
 
-    @torch.no_grad()
-    def run(
-        self,
-        envs: Sequence[TextEnv],
-        seeds: Sequence[int | None],
-        *,
-        groups: Sequence[int] | None = None,
-        generator: torch.Generator | None = None,
-    ) -> list[Trajectory]:
-        """Play one episode in each environment (reset with its seed) and return the trajectories in order."""
-        groups = list(groups) if groups is not None else list(range(len(envs)))
-        trajectories = [Trajectory(seed=s, group=g) for s, g in zip(seeds, groups, strict=True)]
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Gradients off and the model in eval mode (restored after), with the CPU fast paths' packed weights."""
         was_training = self.model.training
-        self.model.eval()
-        try:
-            with packed_weights(self.model):
-                self._play(envs, seeds, trajectories, generator)
-        finally:
-            self.model.train(was_training)
-        return trajectories
+        with torch.no_grad():
+            self.model.eval()
+            try:
+                with self.cpu.packed_weights(self.model) if self.cpu is not None else nullcontext():
+                    self._cache, self._prefix, self._keys, self._fed = None, None, [], {}
+                    yield
+            finally:
+                self._cache = self._prefix = None
+                self.model.train(was_training)
 
-    def _play(
-        self,
-        envs: Sequence[TextEnv],
-        seeds: Sequence[int | None],
-        trajectories: list[Trajectory],
-        generator: torch.Generator | None,
-    ) -> None:
-        """Reset every environment and take turns until all episodes are over, recording into `trajectories`."""
-        chunks = []
-        for env, seed, trajectory in zip(envs, seeds, trajectories, strict=True):
-            messages, _ = env.reset(seed=seed)
-            chunks.append(self.chat.context(messages))
-            trajectory.segments[0].extend(chunks[-1], sampled=False)
-        active = list(range(len(envs)))  # trajectory index of each cache row
-        cache, prefix, chunks = self._shared_prefix_cache(chunks)
-        while active:
-            logits = self._prefill(cache, chunks)
-            sampled, logprobs, stopped = self._decode(cache, logits, generator)
-            chunks, keep, restarts = [], [], {}
-            for row, index in enumerate(active):
-                chunk = self._finish_turn(
-                    trajectories[index], envs[index], sampled[row], logprobs[row], stopped[row]
-                )
-                if chunk is None:
-                    continue
-                ids = chunk.ids
-                if chunk.restart:  # a fresh context: reuse the cached prefix it shares with every context
-                    restarts[len(keep)] = shared = prefix.shared_length(ids) if prefix else 0
-                    ids = ids[shared:]
-                keep.append(row)
-                chunks.append(ids)
-            active = [active[row] for row in keep]
-            if active and self.reuse_cache:
-                cache.keep_rows(keep)
-                cache.compact(restarts, prefix)
-            elif active:
-                cache = _BatchCache(len(active), self.device)
-                chunks = [trajectories[index].segments[-1].token_ids for index in active]
+    def generate(self, prompts: Sequence[Prompt], generator: torch.Generator | None) -> list[Generation]:
+        """Prefill what each conversation's context adds to the cache, then sample one turn for all of them."""
+        chunks = self._chunks(prompts)
+        logits = self._prefill(self._cache, chunks)
+        sampled, logprobs, stopped = self._decode(self._cache, logits, generator)
+        self._keys = [prompt.key for prompt in prompts]
+        for prompt, ids in zip(prompts, sampled, strict=True):
+            self._fed[prompt.key] = len(prompt.token_ids) + len(ids) - 1  # the last token opens the next chunk
+        return [
+            Generation(tuple(ids), tuple(lps), (1,) * len(ids), stop)
+            for ids, lps, stop in zip(sampled, logprobs, stopped, strict=True)
+        ]
+
+    def _chunks(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        """Each row's tokens to prefill; brings the cache to the prompts' rows (dropped, restarted, compacted)."""
+        if self._cache is None:  # the session's first turn
+            self._cache, self._prefix, chunks = self._shared_prefix_cache([list(p.token_ids) for p in prompts])
+            return chunks
+        if not self.reuse_cache:
+            self._cache = _BatchCache(len(prompts), self.device)
+            return [list(prompt.token_ids) for prompt in prompts]
+        rows = {key: row for row, key in enumerate(self._keys)}
+        keep, chunks, restarts = [], [], {}
+        for prompt in prompts:
+            ids = list(prompt.token_ids)
+            if prompt.fresh:  # a fresh context: reuse the cached prefix it shares with every context
+                restarts[len(keep)] = shared = self._prefix.shared_length(ids) if self._prefix else 0
+                ids = ids[shared:]
+            else:
+                ids = ids[self._fed[prompt.key] :]
+            keep.append(rows[prompt.key])
+            chunks.append(ids)
+        self._cache.keep_rows(keep)
+        self._cache.compact(restarts, self._prefix)
+        return chunks
 
     # ------------------------------------------------------------------ model calls
 
@@ -466,7 +428,7 @@ class RolloutEngine:
     def _decode(
         self, cache: _BatchCache, logits: torch.Tensor, generator: torch.Generator | None
     ) -> tuple[list[list[int]], list[list[float]], list[bool]]:
-        """Sample one turn for every row; a row stops at an end-of-turn token or at `</tool_call>`.
+        """Sample one turn for every row; a row stops at a token of `stop_ids` or at `stop_text`.
 
         The last sampled token of each row is not fed to the model here: it opens the row's next prefill chunk.
         """
@@ -507,62 +469,62 @@ class RolloutEngine:
         return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
     def _is_stop(self, sampled: list[int]) -> bool:
-        if sampled[-1] in self.chat.stop_ids:
+        if sampled[-1] in self.stop_ids:
             return True
         tail = self.tokenizer.decode(sampled[-8:], skip_special_tokens=False)
-        return STOP_TEXT in tail
-
-    # ------------------------------------------------------------------ bookkeeping
-
-    @dataclass
-    class _Chunk:
-        ids: list[int]
-        restart: bool
-
-    def _finish_turn(
-        self, trajectory: Trajectory, env: TextEnv, sampled: list[int], logprobs: list[float], stopped: bool
-    ) -> _Chunk | None:
-        """Record a turn, step the environment, and return the next chunk to prefill (None when done)."""
-        segment = trajectory.segments[-1]
-        start = len(segment)
-        segment.extend(sampled, sampled=True, logprobs=logprobs)
-        text = self.tokenizer.decode(sampled, skip_special_tokens=True)
-        messages, reward, terminated, truncated, info = env.step(text)
-        segment.rewards[-1] += reward
-        trajectory.turns.append(
-            Turn(len(trajectory.segments) - 1, start, len(segment), text, reward, not stopped, info)
-        )
-        if terminated or truncated:
-            trajectory.terminated, trajectory.truncated = terminated, truncated
-            return None
-        closing = self.chat.closing(sampled)
-        if info.get("context_reset"):
-            # The last sampled token and the closing still belong to the old segment; nothing more is cached
-            # there, so they are recorded (closing as mask 0) and the new context starts a new segment.
-            segment.extend(closing, sampled=False)
-            fresh = self.chat.context(messages)
-            trajectory.segments.append(Segment())
-            trajectory.segments[-1].extend(fresh, sampled=False)
-            return self._Chunk(fresh, restart=True)
-        following = self.chat.continuation(messages)
-        segment.extend(closing + following, sampled=False)
-        return self._Chunk([sampled[-1], *closing, *following], restart=False)
+        return self.stop_text in tail
 
 
-def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero the tail of each row outside the smallest set of tokens whose mass reaches `top_p`."""
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    cumulative = sorted_probs.cumsum(dim=-1)
-    drop = cumulative - sorted_probs > top_p
-    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id rows are padded with: the tokenizer's pad token, else 0."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
-def sampling_from_config(rollout_config: Any, *, greedy: bool = False) -> SamplingConfig:
-    """SamplingConfig from a RolloutConfig section."""
-    return SamplingConfig(
-        max_new_tokens=rollout_config.max_new_tokens,
-        temperature=rollout_config.temperature,
-        top_p=rollout_config.top_p,
-        greedy=greedy,
+
+
+# --------------------------------------------------------------------------- a shared prefix in scoring
+
+
+def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """How many leading columns hold the same real token in every row, leaving each row at least its last column
+    to run on its own (0 if the rows differ at once)."""
+    same = (input_ids == input_ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0)  # (T,)
+    differs = (~same).nonzero()
+    length = int(differs[0]) if len(differs) else input_ids.shape[1]
+    return min(length, input_ids.shape[1] - 1)
+
+
+def hidden_after_shared_prefix(
+    decoder: nn.Module,
+    input_ids: torch.Tensor,  # (B, T)
+    attention_mask: torch.Tensor,  # (B, T)
+    positions: torch.Tensor,  # (B, T)
+    shared: int,
+) -> torch.Tensor:
+    """The decoder's final hidden states (B, T, H), its first `shared` columns (the same in every row) run once.
+
+    Each row then runs only its own tokens, attending to the prefix's keys and values. The result, and its
+    gradients (the prefix's sum over the rows that read it), are those of the plain pass up to float rounding.
+    """
+    rows = input_ids.shape[0]
+    prefix = decoder(
+        input_ids=input_ids[:1, :shared], attention_mask=attention_mask[:1, :shared],
+        position_ids=positions[:1, :shared], use_cache=True,
     )
+    # every row reads the prefix's keys and values (B, H_kv, P, D): a view, so their gradients add up in it
+    cache = DynamicCache(
+        [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1))
+         for layer in prefix.past_key_values.layers],
+        config=decoder.config,
+    )
+    own = decoder(
+        input_ids=input_ids[:, shared:], attention_mask=attention_mask, position_ids=positions[:, shared:],
+        use_cache=True, **{_cache_keyword(decoder): cache},
+    )
+    prefix_hidden = prefix.last_hidden_state.expand(rows, -1, -1)  # (B, P, H)
+    return torch.cat([prefix_hidden, own.last_hidden_state], dim=1)  # (B, T, H)
+
+
+def _cache_keyword(decoder: nn.Module) -> str:
+    """The name the decoder takes its key/value cache by: `cache` since transformers 5.2x, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"

@@ -1,6 +1,6 @@
 /* One decoding step's attention for a batch of rows, fused: softmax(q·Kᵀ·scale + mask)·V.
  *
- * Built and called by r1trade/agent/decode_kernel.py, which says why it exists. Compiled per model shape:
+ * Built and called by r1trade/cpu/decode_kernel.py, which says why it exists. Compiled per model shape:
  * GROUPS query heads share each key/value head, HEAD_DIM numbers per head (a multiple of 16). For each row and
  * key/value head (one task; tasks are split between the threads) the GROUPS queries are scored against the keys
  * of an optional shared prefix and then of the row's own cache, one softmax runs over all of those columns, and

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
-from r1trade.agent.onednn import dtype_name, has_dense_rows
 from r1trade.cache import cache_home
+from r1trade.cpu.onednn import dtype_name, has_dense_rows
 
 SOURCE = Path(__file__).with_name("decode_attention.c")
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")

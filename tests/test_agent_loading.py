@@ -1,74 +1,37 @@
-"""Model loading: the tiny model and tokenizer, LoRA / full fine-tuning, reference, critic, log-probs, checkpoints."""
+"""Model loading: the tiny model and tokenizer, LoRA / full fine-tuning, reference, dtypes, critic, errors, and the
+one switch for the CPU fast paths (`model.cpu_kernels` off, or R1TRADE_CPU_KERNELS=off: models as transformers
+builds them, `r1trade.cpu` never imported; the old per-path keys refused by name)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from agent_fixtures import TEXTS, TOOL_CALL, batch, perturb_trainable, tiny_config
 
-from r1trade.agent import model as model_module
-from r1trade.agent.critic import backbone_hidden
-from r1trade.agent.model import (
-    SMOLLM2_PACKAGE,
-    AgentModels,
+from r1trade.agent import loading
+from r1trade.agent.engine import SamplingConfig
+from r1trade.agent.loading import (
+    CPU_KERNELS_ENV,
     build_tiny_model,
+    cpu_kernels,
     load_agent_models,
     load_base_model,
-    load_critic,
-    load_policy,
     model_dtype,
-    reference_context,
-    save_critic,
-    save_policy,
-    token_logprobs,
-    token_logprobs_and_entropy,
-    trainable_parameters,
 )
-from r1trade.agent.tokenizer import CHATML_TEMPLATE, build_tiny_tokenizer
+from r1trade.agent.loop import RolloutEngine
+from r1trade.agent.models import reference_context, trainable_parameters
+from r1trade.agent.scoring import token_logprobs
+from r1trade.agent.tokenizer import CHATML_TEMPLATE, SMOLLM2_PACKAGE, build_tiny_tokenizer
 from r1trade.config import LoraConfig, ModelConfig, load_config
 from r1trade.errors import ConfigError, UsageError
-
-TOOL_CALL = (
-    '<tool_call>{"name": "place_order", "arguments": {"side": "buy", "size": 0.5, "view": "bullish"}}</tool_call>'
-)
-
-
-def tiny_config(**changes: object) -> ModelConfig:
-    return ModelConfig(name_or_path="tiny-random", **changes)
-
-
-def batch(models: AgentModels, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded (B, T) ids and attention mask."""
-    models.tokenizer.padding_side = "left"
-    encoded = models.tokenizer(texts, padding=True, return_tensors="pt")
-    return encoded["input_ids"], encoded["attention_mask"]
-
-
-TEXTS = [f"Price 42017.5, RSI 71.3. {TOOL_CALL}", "Hold: the trend is up."]
-
-
-def perturb_trainable(module: torch.nn.Module, seed: int = 1) -> None:
-    """Move every trainable weight (e.g. LoRA B, zero at init) so the model differs from its base."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            if p.requires_grad:
-                p.add_(0.05 * torch.randn(p.shape, generator=generator))
-
-
-def naive_logprobs(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Full-vocabulary log_softmax and gather on an unpadded batch, and the entropy. -> (B, T), (B, T)"""
-    logits = model(input_ids=input_ids).logits[:, :-1].float()  # (B, T-1, V)
-    logps = logits.log_softmax(-1)  # (B, T-1, V)
-    picked = logps.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-    entropy = -(logps.exp() * logps).sum(-1)  # (B, T-1)
-    pad = torch.nn.functional.pad
-    return pad(picked, (1, 0)), pad(entropy, (1, 0))
-
 
 # --------------------------------------------------------------------------- tiny model and tokenizer
 
@@ -188,7 +151,7 @@ def test_dtype_option() -> None:
 def test_auto_dtype_is_bfloat16_only_for_frozen_weights_on_bfloat16_hardware(
     monkeypatch: pytest.MonkeyPatch, dtype: str, lora: bool, native: bool, expected: torch.dtype
 ) -> None:
-    monkeypatch.setattr(model_module, "native_bfloat16", lambda: native)
+    monkeypatch.setattr(loading, "native_bfloat16", lambda model_config: native)
     config = tiny_config(dtype=dtype, lora={"enabled": lora})
     assert model_dtype(config) == expected
     models = load_agent_models(config, seed=0)
@@ -198,110 +161,7 @@ def test_auto_dtype_is_bfloat16_only_for_frozen_weights_on_bfloat16_hardware(
     assert trainable and all(p.dtype == (torch.float32 if lora else expected) for p in trainable)  # adapters: float32
 
 
-def test_native_bfloat16_reads_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    from r1trade.runtime import CpuInfo
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for flags, native in [({"avx2", "avx512f"}, False), ({"avx512f", "avx512_bf16"}, True), ({"amx_bf16"}, True)]:
-        monkeypatch.setattr(model_module, "cpu_info", lambda flags=flags: CpuInfo("cpu", 2, "x86_64", frozenset(flags)))
-        assert model_module.native_bfloat16() is (native and model_module.onednn_supports(torch.bfloat16))
-
-
-# --------------------------------------------------------------------------- token log-probs
-
-
-@pytest.mark.parametrize("chunk_size", [1, 7, 10_000])
-def test_token_logprobs_equal_a_full_log_softmax_gather(chunk_size: int) -> None:
-    models = load_agent_models(tiny_config(), seed=0)
-    perturb_trainable(models.policy)
-    ids = models.tokenizer(TOOL_CALL, return_tensors="pt")["input_ids"][0]
-    ids = torch.stack([ids, ids.flip(0)])  # (2, T), no padding
-    mask = torch.ones_like(ids)
-    with torch.no_grad():
-        expected, expected_entropy = naive_logprobs(models.policy, ids)
-        logprobs, entropy = token_logprobs_and_entropy(models.policy, ids, mask, chunk_size=chunk_size)
-        only = token_logprobs(models.policy, ids, mask, chunk_size=chunk_size)
-    torch.testing.assert_close(logprobs, expected, rtol=0, atol=1e-5)
-    torch.testing.assert_close(entropy, expected_entropy, rtol=0, atol=1e-5)
-    torch.testing.assert_close(only, logprobs, rtol=0, atol=0)
-    assert logprobs.shape == ids.shape and (logprobs[:, 0] == 0).all()
-
-
-def test_token_mask_and_temperature() -> None:
-    models = load_agent_models(tiny_config(), seed=0)
-    ids, mask = batch(models, TEXTS)
-    token_mask = torch.zeros_like(mask)
-    token_mask[:, -4:] = 1
-    with torch.no_grad():
-        full = token_logprobs(models.policy, ids, mask)
-        some = token_logprobs(models.policy, ids, mask, token_mask=token_mask, chunk_size=3)
-        hot = token_logprobs(models.policy, ids, mask, temperature=2.0)
-        logits = models.policy(input_ids=ids[:1]).logits[0, -2].float()  # row 0 is the longest: no padding
-    torch.testing.assert_close(some[:, -4:], full[:, -4:], rtol=0, atol=1e-6)
-    assert (some[:, :-4] == 0).all()
-    expected_hot = (logits / 2.0).log_softmax(-1)[ids[0, -1]]
-    torch.testing.assert_close(hot[0, -1], expected_hot, rtol=0, atol=1e-5)
-
-
-def test_left_padding_changes_no_logprob_or_value() -> None:
-    models = load_agent_models(tiny_config(critic="separate"), seed=0)
-    perturb_trainable(models.policy)
-    ids, mask = batch(models, TEXTS)
-    with torch.no_grad():
-        padded = token_logprobs(models.policy, ids, mask)
-        padded_values = models.critic(ids, mask)
-        for row, text in enumerate(TEXTS):
-            alone = models.tokenizer(text, return_tensors="pt")["input_ids"]
-            n = alone.shape[1]
-            ones = torch.ones_like(alone)
-            torch.testing.assert_close(padded[row, -n:], token_logprobs(models.policy, alone, ones)[0], atol=1e-5, rtol=0)
-            torch.testing.assert_close(padded_values[row, -n:], models.critic(alone, ones)[0], atol=1e-5, rtol=0)
-            assert (padded[row, :-n] == 0).all()
-
-
-def test_chunked_gradients_equal_the_naive_gradients() -> None:
-    models = load_agent_models(tiny_config(), seed=0)
-    perturb_trainable(models.policy)
-    ids = models.tokenizer([TOOL_CALL], return_tensors="pt")["input_ids"]
-    params = trainable_parameters(models)["policy"]
-
-    naive, _ = naive_logprobs(models.policy, ids)
-    expected = torch.autograd.grad(naive.sum(), params)
-    logprobs, entropy = token_logprobs_and_entropy(models.policy, ids, torch.ones_like(ids), chunk_size=5)
-    grads = torch.autograd.grad(logprobs.sum(), params)
-    for got, want in zip(grads, expected, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
-    assert entropy.requires_grad
-
-
-def test_gradient_checkpointing_gives_the_same_gradients() -> None:
-    grads = []
-    for checkpointing in (False, True):
-        models = load_agent_models(tiny_config(gradient_checkpointing=checkpointing), seed=0)
-        perturb_trainable(models.policy)
-        models.policy.train()
-        ids, mask = batch(models, TEXTS)
-        loss = token_logprobs(models.policy, ids, mask).sum()
-        grads.append(torch.autograd.grad(loss, trainable_parameters(models)["policy"]))
-    for plain, checkpointed in zip(*grads, strict=True):
-        torch.testing.assert_close(plain, checkpointed, rtol=1e-5, atol=1e-7)
-
-
 # --------------------------------------------------------------------------- critic
-
-
-def test_value_head_critic_shares_the_policy_forward() -> None:
-    models = load_agent_models(tiny_config(), seed=0)
-    ids, mask = batch(models, TEXTS)
-    with torch.no_grad():
-        hidden = backbone_hidden(models.policy, ids, mask)  # (B, T, H)
-        values = models.critic(ids, mask)
-        shared = models.critic(ids, mask, hidden=hidden)
-    assert models.critic.shares_policy_backbone
-    assert hidden.shape == (*ids.shape, 64)
-    assert values.shape == ids.shape and values.dtype == torch.float32
-    torch.testing.assert_close(values, shared, rtol=0, atol=0)
-    assert list(models.critic.state_dict()) == ["head.weight", "head.bias"]
 
 
 @pytest.mark.parametrize("lora", [True, False])
@@ -321,46 +181,6 @@ def test_separate_critic_has_its_own_backbone(lora: bool) -> None:
 def test_critic_name_needs_a_separate_critic() -> None:
     with pytest.raises(ConfigError, match="critic_name_or_path needs critic: separate"):
         load_config(overrides=["model.critic_name_or_path=tiny-random"])
-
-
-# --------------------------------------------------------------------------- checkpoints
-
-
-@pytest.mark.parametrize(
-    "changes",
-    [{}, {"lora": LoraConfig(enabled=False), "critic": "separate"}, {"critic": "separate"}],
-    ids=["lora-value_head", "full-separate", "lora-separate"],
-)
-def test_save_and_load_round_trip(tmp_path: Path, changes: dict) -> None:
-    config = tiny_config(**changes)
-    trained = load_agent_models(config, seed=0)
-    perturb_trainable(trained.policy, seed=1)
-    perturb_trainable(trained.critic, seed=2)
-    save_policy(trained, tmp_path / "policy")
-    save_critic(trained, tmp_path / "critic")
-
-    fresh = load_agent_models(config, seed=5)
-    load_policy(fresh, tmp_path / "policy")
-    load_critic(fresh, tmp_path / "critic")
-    ids, mask = batch(trained, TEXTS)
-    with torch.no_grad():
-        torch.testing.assert_close(
-            token_logprobs(fresh.policy, ids, mask), token_logprobs(trained.policy, ids, mask), rtol=0, atol=0
-        )
-        torch.testing.assert_close(fresh.critic(ids, mask), trained.critic(ids, mask), rtol=0, atol=0)
-    names = {path.name for path in (tmp_path / "policy").iterdir()}
-    assert ("adapter_model.safetensors" in names) == fresh.lora
-    assert "tokenizer.json" in names and "chat_template.jinja" in names
-
-
-def test_loading_a_checkpoint_of_another_model_config_is_a_one_line_error(tmp_path: Path) -> None:
-    save_policy(load_agent_models(tiny_config(), seed=0), tmp_path)
-    other = load_agent_models(tiny_config(lora=LoraConfig(r=4)), seed=0)
-    with pytest.raises(UsageError, match="another model config") as caught:
-        load_policy(other, tmp_path)
-    assert "\n" not in str(caught.value)
-    with pytest.raises(UsageError, match="not a critic checkpoint"):
-        load_critic(other, tmp_path)
 
 
 # --------------------------------------------------------------------------- errors
@@ -431,3 +251,81 @@ def test_smollm2_converts_once_then_loads_from_the_cache(tmp_path: Path) -> None
         )
         output = second.policy.generate(**prompt, max_new_tokens=8, do_sample=False)
     assert "Paris" in tokenizer.decode(output[0, prompt["input_ids"].shape[1] :])
+
+
+# --------------------------------------------------------------------------- the switch for the CPU fast paths
+
+
+PLAIN_RUN = """
+import json, sys
+import torch
+from r1trade.agent.engine import sampling_from_config
+from r1trade.agent.loading import load_agent_models
+from r1trade.agent.loop import RolloutEngine
+from r1trade.agent.scoring import token_outputs
+from r1trade.config import load_config
+from r1trade.env.trading_env import make_envs
+from r1trade.rl.batch import collate
+
+config = load_config("smoke", ["env.episode_decisions=2", "rollout.max_new_tokens=8"])
+models = load_agent_models(config.model, seed=0)
+engine = RolloutEngine(models.policy, models.tokenizer, sampling_from_config(config.rollout))
+trajectories = engine.run(make_envs(config, 2, "train"), [0, 1], generator=torch.Generator().manual_seed(0))
+batch = collate(trajectories, pad_id=engine.pad_id)
+with torch.no_grad():
+    out = token_outputs(models.policy, models.critic, batch.input_ids, batch.attention_mask, temperature=1.0,
+                        chunk=64, with_values=True, share_prefix=True)
+print(json.dumps({
+    "attention": models.policy.config._attn_implementation,
+    "linears": sorted({type(m).__name__ for m in models.policy.modules() if isinstance(m, torch.nn.Linear)}),
+    "finite": bool(torch.isfinite(out.logprobs).all() and torch.isfinite(out.values).all()),
+    "imported": sorted(name for name in sys.modules if name.startswith("r1trade.cpu")),
+}))
+"""
+
+
+def test_with_the_switch_off_nothing_of_r1trade_cpu_is_imported_or_run() -> None:
+    """A rollout and a scoring pass (shared prefix included) on plain transformers and torch."""
+    env = {**os.environ, CPU_KERNELS_ENV: "off"}
+    result = subprocess.run(
+        [sys.executable, "-c", PLAIN_RUN], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found == {"attention": "sdpa", "linears": ["Linear"], "finite": True, "imported": []}
+
+
+@pytest.fixture
+def tiny_agent_off(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv(CPU_KERNELS_ENV, raising=False)
+    return load_agent_models(tiny_config(cpu_kernels="off"), seed=0)
+
+
+def test_a_model_loaded_with_the_switch_off_is_plain(tiny_agent_off) -> None:
+    models = tiny_agent_off
+    assert models.policy.config._attn_implementation == "sdpa"
+    assert {type(m) for m in models.policy.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
+    engine = RolloutEngine(models.policy, models.tokenizer, SamplingConfig())
+    assert not engine.backend.shared_prefix  # the prefix is copied into every row instead
+
+
+def test_the_environment_overrides_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CPU_KERNELS_ENV, "off")
+    assert cpu_kernels("auto") is None
+    monkeypatch.setenv(CPU_KERNELS_ENV, "auto")
+    assert cpu_kernels("off") is not None
+    monkeypatch.setenv(CPU_KERNELS_ENV, "fast")
+    with pytest.raises(ConfigError, match=f"{CPU_KERNELS_ENV}='fast': expected auto or off"):
+        cpu_kernels("auto")
+
+
+@pytest.mark.parametrize("key", ["onednn", "attention_kernel"])
+def test_the_old_switches_are_one_line_errors_that_name_the_new_one(key: str) -> None:
+    with pytest.raises(ConfigError, match=f"model.{key} was replaced by model.cpu_kernels") as caught:
+        load_config(overrides=[f"model.{key}=false"])
+    assert "\n" not in str(caught.value)
+
+
+def test_with_the_cpu_kernels_off_auto_dtype_is_float32_on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert model_dtype(tiny_config(dtype="auto", cpu_kernels="off")) == torch.float32

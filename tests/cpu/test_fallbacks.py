@@ -19,12 +19,12 @@ import pytest
 import torch
 from torch import nn
 
-from r1trade.agent import decode_kernel as kernels
-from r1trade.agent import onednn
-from r1trade.agent.attention import grouped_query_attention
-from r1trade.agent.onednn import OneDNNLinear, packed_weights
+from r1trade.cpu import decode_kernel as kernels
+from r1trade.cpu import onednn
+from r1trade.cpu.attention import grouped_query_attention
+from r1trade.cpu.onednn import OneDNNLinear, packed_weights
 
-WORKER = Path(__file__).parent / "cpu_fallback_worker.py"
+WORKER = Path(__file__).parent / "fallback_worker.py"
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 REAL_OPS = onednn._mkldnn_ops()
 
