@@ -466,6 +466,11 @@ class WarmstartConfig(Section):
         "all", description="the random policy's trade reasoning under env.observation price_only: one line of each "
         "tool it called (all), or nothing but the action (none: every trade turn is as short, whatever was called)"
     )
+    both_sides: bool = Field(
+        False, description="show every demonstrated episode twice, the second time with each long a short and each "
+        "short a long, so the side is a coin flip given any context (random demonstrations memorise no link "
+        "between what a tool said and the side)"
+    )
     always_call: list[str] = Field(
         [], description="information tools every random demonstration calls first, before its random draws (a "
         "diagnostic: with [get_changes] every trade has the signal in view)"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -186,39 +186,75 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
             f"below env.max_tool_calls "
             f"({config.env.max_tool_calls}): the trade would be a forced hold"
         )
+    planned: list[str] = []  # the random policy's turns left in this decision
+
+    def next_turn(env: TradingEnv) -> str:
+        nonlocal planned
+        if warm.policy == "rule":
+            return demonstration_turn(env)
+        planned = planned or random_decision(
+            env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls,
+            always_call=warm.always_call, restate=warm.restate,
+        )
+        return planned.pop(0)
+
     for env in make_envs(config, episodes, "train"):
         if unknown := sorted(set(warm.always_call) - env.info_tools):
             raise ConfigError(f"warmstart.always_call names {unknown[0]!r}, not one of the information tools "
                               f"{', '.join(sorted(env.info_tools))}")
-        messages, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
-        ids = chat.context(messages)
-        mask = [0] * len(ids)
-        planned: list[str] = []  # the random policy's turns left in this decision
-        while True:
-            if warm.policy == "rule":
-                text = demonstration_turn(env)
-            else:
-                planned = planned or random_decision(
-                    env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls,
-                    always_call=warm.always_call, restate=warm.restate,
-                )
-                text = planned.pop(0)
-            turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
-            end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
-            ids += [*turn, end, *rest]
-            mask += [1] * (len(turn) + 1) + [0] * len(rest)
-            messages, _, terminated, truncated, info = env.step(text)
-            if terminated or truncated or info.get("context_reset"):
-                examples.append({"input_ids": ids, "completion_mask": mask})
-                if terminated or truncated:
-                    break
-                ids = chat.context(messages)
-                mask = [0] * len(ids)
-                continue
-            following = chat.continuation(messages)
-            ids += following
-            mask += [0] * len(following)
+        episode_seed = int(rng.integers(2**31 - 1))
+        planned.clear()
+        played, episode = _play_episode(env, episode_seed, chat, next_turn)
+        examples += episode
+        if warm.both_sides:  # the same episode again, every long a short and every short a long
+            mirrored = iter([mirrored_turn(text) for text in played])
+            examples += _play_episode(env, episode_seed, chat, lambda _env, turns=mirrored: next(turns))[1]
     return examples
+
+
+def _play_episode(
+    env: TradingEnv, seed: int, chat: ChatTokens, next_turn: Callable[[TradingEnv], str]
+) -> tuple[list[str], list[dict]]:
+    """Play one demonstration episode from `env.reset(seed)`, each turn from `next_turn`: the turns played and
+    the tokenized examples."""
+    played, examples = [], []
+    messages, _ = env.reset(seed=seed)
+    ids = chat.context(messages)
+    mask = [0] * len(ids)
+    while True:
+        text = next_turn(env)
+        played.append(text)
+        turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
+        end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
+        ids += [*turn, end, *rest]
+        mask += [1] * (len(turn) + 1) + [0] * len(rest)
+        messages, _, terminated, truncated, info = env.step(text)
+        if terminated or truncated or info.get("context_reset"):
+            examples.append({"input_ids": ids, "completion_mask": mask})
+            if terminated or truncated:
+                return played, examples
+            ids = chat.context(messages)
+            mask = [0] * len(ids)
+            continue
+        following = chat.continuation(messages)
+        ids += following
+        mask += [0] * len(following)
+
+
+_OPPOSITE = {"long": "short", "short": "long", "bullish": "bearish", "bearish": "bullish"}
+
+
+def mirrored_turn(text: str) -> str:
+    """`text` with the side of its order swapped (reasoning, side and view); any other turn unchanged."""
+    reasoning, _, rest = text.partition("\n<tool_call>")
+    call = json.loads(rest.removesuffix("</tool_call>")) if rest else {}
+    if call.get("name") != "place_order":
+        return text
+    side = call["arguments"]["side"]
+    call["arguments"] = {key: _OPPOSITE.get(value, value) if key in ("side", "view") else value
+                         for key, value in call["arguments"].items()}
+    reasoning = reasoning.replace(f"{ACTION_PROMPT} {side}.", f"{ACTION_PROMPT} {_OPPOSITE[side]}.")
+    return f"{reasoning}\n<tool_call>{json.dumps(call)}</tool_call>"
 
 
 def longest_turn(examples: list[dict]) -> int:
