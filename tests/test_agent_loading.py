@@ -319,6 +319,10 @@ def test_the_environment_overrides_the_config(monkeypatch: pytest.MonkeyPatch) -
         cpu_kernels("auto")
 
 
+def test_off_means_off_though_yaml_reads_it_as_false() -> None:
+    assert load_config(overrides=["model.cpu_kernels=off"]).model.cpu_kernels == "off"
+
+
 @pytest.mark.parametrize("key", ["onednn", "attention_kernel"])
 def test_the_old_switches_are_one_line_errors_that_name_the_new_one(key: str) -> None:
     with pytest.raises(ConfigError, match=f"model.{key} was replaced by model.cpu_kernels") as caught:

@@ -332,6 +332,12 @@ class ModelConfig(Section):
             raise ValueError(f"model.{replaced[0]} was replaced by model.cpu_kernels (auto or off)")
         return raw
 
+    @field_validator("cpu_kernels", mode="before")
+    @classmethod
+    def _off_as_yaml_reads_it(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare `off` (in a file or a `--set`) as false."""
+        return "off" if value is False else value
+
     @model_validator(mode="after")
     def _check_critic(self) -> ModelConfig:
         if self.critic_name_or_path is not None and self.critic != "separate":
