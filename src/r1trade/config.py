@@ -329,7 +329,8 @@ class ModelConfig(Section):
         """`onednn` and `attention_kernel` became the one switch `cpu_kernels`."""
         replaced = [key for key in ("onednn", "attention_kernel") if isinstance(raw, dict) and key in raw]
         if replaced:
-            raise ValueError(f"model.{replaced[0]} was replaced by model.cpu_kernels (auto or off)")
+            raise ValueError(f"model.{replaced[0]} was replaced by model.cpu_kernels (auto or off): write that key "
+                             "instead (in a saved run's config.yaml too)")
         return raw
 
     @field_validator("cpu_kernels", mode="before")
