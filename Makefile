@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip
 R1     := $(VENV)/bin/r1trade
 TORCH  ?= torch==2.13.0
 
-.PHONY: install test demo demo-btc bench clean
+.PHONY: install test test-kernels-off demo demo-btc bench clean
 
 install: $(VENV)/.installed
 
@@ -22,6 +22,10 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest
+
+# The suite again with r1trade's CPU fast paths off (plain transformers and torch SDPA): the same results expected.
+test-kernels-off: install
+	$(VENV)/bin/pytest --cpu-kernels=off
 
 # The demo: RL learning the planted-edge market (configs/demo.yaml), from a format-only warm start of a small
 # model with random weights, judged on held-out decisions beside that warm start, the oracle and the baselines.
