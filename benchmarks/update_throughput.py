@@ -55,8 +55,9 @@ def one_mode(lora: bool, rows: int, tokens: int, cpu_kernels: str) -> dict:
     rewards = torch.zeros(rows, tokens)
     rewards[:, -1] = torch.randn(rows, generator=generator)
     action[:, -1] = 1
+    turn = torch.where(action.bool(), 0, -1)  # every sampled token in one turn of one decision
     batch = RolloutBatch(ids, torch.ones(rows, tokens, dtype=torch.long), action, torch.zeros(rows, tokens),
-                         rewards, torch.arange(rows), torch.arange(rows))
+                         rewards, torch.arange(rows), torch.arange(rows), turn=turn, decision=turn.clone())
     started = time.perf_counter()
     batch = compute_advantages(trainer.score(batch), config.train)
     scored = time.perf_counter()

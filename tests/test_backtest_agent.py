@@ -27,7 +27,7 @@ from r1trade.backtest.model_runs import (
 from r1trade.backtest.runner import load_context, run_baseline
 from r1trade.cli import main
 from r1trade.config import BacktestConfig, load_config
-from r1trade.env.trading_env import make_envs
+from r1trade.env.trading_env import FixedStart, make_envs
 from r1trade.errors import DataError
 
 DEFAULT_STRATEGIES = BacktestConfig().strategies
@@ -146,7 +146,7 @@ def test_scripted_windows_give_trades_with_reasoning_and_consistent_books() -> N
     curves, units = [], []
     for k, (start, decisions) in enumerate(zip(plan.starts, plan.decisions, strict=True)):
         (env,) = make_envs(context.config, 1, context.split)
-        ScriptedPlayer(lambda _, d, k=k: round_trip_script(k, d)).run([_Fixed(env, start, decisions)], [k])
+        ScriptedPlayer(lambda _, d, k=k: round_trip_script(k, d)).run([FixedStart(env, start, decisions)], [k])
         curves.append(env.equity_curve().to_numpy())
         units.append(env.fills[0].units)
     growth = curves[0][-1] / cash
@@ -196,19 +196,6 @@ def test_scripted_windows_give_trades_with_reasoning_and_consistent_books() -> N
         # each decision index over the two windows (decisions k and k + 4 of the eight)
         **{f"Direction Accuracy, decision {k + 1} [%]": 100 * np.mean(right[[k, k + 4]]) for k in range(4)},
     })
-
-
-class _Fixed:
-    """The window env the runner builds, for playing one window alone."""
-
-    def __init__(self, env, start: int, decisions: int) -> None:
-        self.env, self.options = env, {"start": start, "decisions": decisions}
-
-    def reset(self, seed=None, options=None):
-        return self.env.reset(seed, options=self.options)
-
-    def step(self, text: str):
-        return self.env.step(text)
 
 
 def test_one_window_of_long_and_hold_is_buy_and_hold() -> None:
@@ -273,7 +260,7 @@ def test_checkpoint_and_base_model_beside_the_baselines(capsys, checkpoint: Path
 
 def test_base_model_without_a_checkpoint(capsys, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    code, stdout, err = run_cli(
+    code, _, err = run_cli(
         capsys, "backtest", "--config", "smoke", "--baseline", "base-model", "--strategy", "buy_and_hold",
         "--set", "backtest.max_decisions=2", "--set", "backtest.agent_windows=2", "--out", str(out),
     )

@@ -185,11 +185,3 @@ def test_more_information_calls_than_the_call_budget_allows_is_refused() -> None
                                    "warmstart.max_info_calls=2"])
     with pytest.raises(ConfigError, match="max_info_calls"):
         collect_demonstrations(config, ChatTokens(build_tiny_tokenizer()), episodes=1, seed=0)
-
-
-def test_the_probe_refuses_a_price_only_config() -> None:
-    from r1trade.errors import UsageError
-    from r1trade.eval.probe import probe_points
-
-    with pytest.raises(UsageError, match="price_only agent has to fetch"):
-        probe_points(load_config("smoke", PRICE_ONLY), build_tiny_tokenizer(), count=2)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import doctest
 import math
+from contextlib import contextmanager
 
 import numpy as np
+import pytest
 import torch
+from env_fixtures import call
 
+from r1trade.agent.engine import Generation
 from r1trade.agent.loading import build_tiny_model
 from r1trade.agent.tokenizer import build_tiny_tokenizer
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
+from r1trade.errors import UsageError
 from r1trade.eval import probe as probe_module
 from r1trade.eval.action_stats import action_word_ids
 from r1trade.eval.probe import CALL_PREFIX, ProbePoint, carried_out, discrimination, probe, probe_points
@@ -109,3 +114,79 @@ def test_discrimination_is_zero_for_a_policy_blind_to_the_market_whatever_its_le
     assert math.isclose(discrimination(reads, [1, 1, -1, 0]), 0.5)
     assert math.isclose(discrimination(reads, [1, 1, -1, -1]), 0.7 - 0.35)
     assert discrimination(reads, [1, 1, 1, 0]) is None  # no fall: undefined
+
+
+class ScriptedBackend:
+    """Generates each conversation's turns from a script, as token ids the policy 'sampled' (the engine's real loop
+    steps the env and builds the contexts around them)."""
+
+    def __init__(self, tokenizer, script) -> None:
+        self.tokenizer, self.script, self.turns = tokenizer, script, {}
+
+    @contextmanager
+    def session(self):
+        yield
+
+    def generate(self, prompts, generator):
+        out = []
+        for prompt in prompts:
+            turn = self.turns.get(prompt.key, 0)
+            self.turns[prompt.key] = turn + 1
+            ids = tuple(self.tokenizer(self.script(prompt.key)[turn], add_special_tokens=False)["input_ids"])
+            out.append(Generation(ids, (0.0,) * len(ids), (1,) * len(ids), stopped=True))
+        return out
+
+
+SIGNAL_SCRIPT = [call("get_changes"),
+                 call("place_order", "Up. Action: long.\n", side="long", size=1.0, view="bullish")]
+BLIND_SCRIPT = [call("place_order", "Action: short.\n", side="short", size=1.0, view="bearish")]
+
+
+def test_a_price_only_probe_reads_the_policy_after_its_own_tool_turns(monkeypatch) -> None:
+    """Even points call get_changes first, odd ones trade at once: each point's context is that episode up to its
+    trade turn's `Action:`, and the information figures count who looked."""
+    config = load_config("planted_edge", [*PLANTED, "env.observation=price_only"])
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=1)
+
+    class Scripted(probe_module.RolloutEngine):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.backend = ScriptedBackend(tokenizer, lambda key: SIGNAL_SCRIPT if key % 2 == 0 else BLIND_SCRIPT)
+
+    monkeypatch.setattr(probe_module, "RolloutEngine", Scripted)
+    points = probe_points(config, tokenizer, split="test", count=6, policy=model)
+    (env,) = make_envs(config, 1, "test")
+    replay, every = env.replay, config.env.decision_every
+    assert len(points) == 6
+    for k, point in enumerate(points):
+        text = tokenizer.decode(point.input_ids)
+        move = replay.close[point.bar + every] - replay.open[point.bar + 1]
+        assert point.move_sign == int(np.sign(move))
+        assert point.info_tools == (["get_changes"] if k % 2 == 0 else [])
+        assert ("Change: 1 bar" in text) == (k % 2 == 0)  # get_changes' answer lies in the context only where it was called
+        assert text.endswith("Up. Action:" if k % 2 == 0 else "Action:")
+        for side in ("long", "short"):
+            assert tokenizer.decode(point.call_ids[side]) == text + f" {side}.\n{CALL_PREFIX}"
+
+    result = probe(model, tokenizer, points)
+    expected = [p[{1: "long", -1: "short"}[pt.move_sign]] / sum(p.values()) if pt.move_sign else 0.0
+                for pt, p in zip(points, result.probabilities, strict=True)]
+    assert result.info_call_rate == 0.5 and result.signal_call_rate == 0.5
+    assert math.isclose(result.expected_accuracy_with_signal, np.mean(expected[0::2]), rel_tol=1e-9)
+    assert math.isclose(result.expected_accuracy_without_signal, np.mean(expected[1::2]), rel_tol=1e-9)
+    with pytest.raises(UsageError, match="own tool turns"):
+        probe_points(config, tokenizer, count=2)
+
+
+def test_information_figures_by_hand() -> None:
+    # three points: get_changes then right at 0.8; get_candles, falling market, P(short) 0.7; nothing, 0.5
+    points = [ProbePoint(0, 1, [], {}, ["get_changes"]), ProbePoint(0, -1, [], {}, ["get_candles"]),
+              ProbePoint(0, 1, [], {}, [])]
+    calls = [{"long": 0.8, "short": 0.2}, {"long": 0.3, "short": 0.7}, {"long": 0.5, "short": 0.5}]
+    figures = probe_module._information(points, calls)
+    assert math.isclose(figures["info_call_rate"], 2 / 3) and math.isclose(figures["signal_call_rate"], 1 / 3)
+    assert math.isclose(figures["expected_accuracy_with_signal"], 0.8)
+    assert math.isclose(figures["expected_accuracy_without_signal"], (0.7 + 0.5) / 2)
+    points[0].info_tools = None  # a probe without tool turns has no information figures
+    assert set(probe_module._information(points, calls).values()) == {None}

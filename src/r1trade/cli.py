@@ -458,6 +458,8 @@ def probe_run_command(
             f"greedy {record['greedy_direction_accuracy']:.1%}, P(long) {record['long_share']:.2f}, "
             f"discrimination {_signed(record.get('discrimination'))}, call follows the stated action "
             f"{record['call_follows_word']:.0%} ({record['points']} decisions)"
+            + (f"; looked first {record['info_call_rate']:.0%}, at get_changes {record['signal_call_rate']:.0%}"
+               if record.get("info_call_rate") is not None else "")
         )
 
     records = probe_run(run_dir, every=every, count=points, split=split, on_step=show)

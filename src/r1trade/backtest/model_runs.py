@@ -42,7 +42,6 @@ from r1trade.errors import DataError
 if TYPE_CHECKING:
     from r1trade.agent.loop import TextEnv, Trajectory
     from r1trade.agent.models import AgentModels
-    from r1trade.env.trading_env import TradingEnv
 
 ACTION_KINDS = ("Long", "Short", "Close", "Hold", "Forced Hold")
 """How a decision ended: a long or short order, close_position, hold, or the env's forced hold."""
@@ -212,28 +211,15 @@ def run_model(name: str, models: AgentModels, context: ReportContext, *, note: s
     return model_run(name, play_windows(engine, context, plan), context, plan, note=note)
 
 
-class _FixedStart:
-    """A TradingEnv that always resets to `start` for `decisions` decisions (the engine passes only seeds)."""
-
-    def __init__(self, env: TradingEnv, start: int, decisions: int) -> None:
-        self.env, self.start, self.decisions = env, start, decisions
-
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[list[dict], dict]:
-        return self.env.reset(seed, options={"start": self.start, "decisions": self.decisions})
-
-    def step(self, text: str) -> tuple[list[dict], float, bool, bool, dict]:
-        return self.env.step(text)
-
-
 def play_windows(player: Player, context: ReportContext, plan: WindowPlan) -> list[WindowPlay]:
     """Play every window of `plan` as one batch, window k seeded `seed + k`; one result per window."""
-    from r1trade.env.trading_env import make_envs
+    from r1trade.env.trading_env import FixedStart, make_envs
 
     config = context.config
     envs = make_envs(config, len(plan.starts), context.split)
     if not envs[0].replay.index.equals(context.split_candles.index):
         raise DataError(f"the env's {context.split} split differs from the backtest's: check data.path")
-    windows = [_FixedStart(env, s, n) for env, s, n in zip(envs, plan.starts, plan.decisions, strict=True)]
+    windows = [FixedStart(env, s, n) for env, s, n in zip(envs, plan.starts, plan.decisions, strict=True)]
     trajectories = player.run(windows, [config.seed + k for k in range(len(windows))])
     return [
         WindowPlay(start, env.equity_curve(), [(turn.text, turn.info) for turn in trajectory.turns])

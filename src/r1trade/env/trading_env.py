@@ -651,3 +651,17 @@ def make_envs(
     episode draws its market. `splits`: as for `load_replays`."""
     replays = load_replays(config, split, splits)
     return [TradingEnv(replays, config.env, config.rewards) for _ in range(count)]
+
+
+class FixedStart:
+    """A TradingEnv that always resets to bar `start` for `decisions` decisions: a batched player (the rollout
+    engine) passes only seeds, while a backtest window or a probe point has its own first bar."""
+
+    def __init__(self, env: TradingEnv, start: int, decisions: int) -> None:
+        self.env, self.start, self.decisions = env, start, decisions
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[list[Message], dict]:
+        return self.env.reset(seed, options={"start": self.start, "decisions": self.decisions})
+
+    def step(self, text: str) -> tuple[list[Message], float, bool, bool, dict]:
+        return self.env.step(text)

@@ -17,6 +17,13 @@ through the call's side while its stated word stays a coin flip: reading only th
 - how often the call's side follows the stated word.
 Every checkpoint of a run is scored on the same prefixes, so the curve moves with the policy alone; `probe_run`
 draws it for a run's start and its checkpoints.
+
+Under `env.observation: price_only` the changes are not in the observation: the policy has to fetch them. There
+the probe follows the tool turns: at each point the policy plays its one-decision episode greedily, calling the
+tools it chooses, and the probabilities are read in its own trade turn, after the tool results and its text up to
+`Action:`. The prefixes then move with the policy, and the result adds how often it looked first
+(`info_call_rate`), how often at `get_changes` (`signal_call_rate`), and the expected accuracy with and without
+that call.
 """
 
 from __future__ import annotations
@@ -29,12 +36,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from r1trade.agent.engine import sampling_from_config
 from r1trade.agent.loading import load_agent_models
-from r1trade.agent.loop import ChatTokens
+from r1trade.agent.loop import ChatTokens, RolloutEngine
 from r1trade.agent.scoring import backbone_hidden, causal_lm
 from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
 from r1trade.config import Config, load_config
-from r1trade.env.trading_env import make_envs
+from r1trade.env.information import SIGNAL_TOOL
+from r1trade.env.trading_env import FixedStart, make_envs
 from r1trade.errors import UsageError
 from r1trade.eval.action_stats import action_word_ids, expected_direction, word_logprob
 from r1trade.outputs import write_file
@@ -51,6 +60,7 @@ class ProbePoint:
     move_sign: int  # +1 the market rose over the decision interval, -1 it fell, 0 unchanged
     input_ids: list[int]  # the context up to and including `Action:`
     call_ids: dict[str, list[int]]  # per stated side (long, short): the context on to the order's `"side": "`
+    info_tools: list[str] | None = None  # price_only: the information tools the policy called first, in order
 
 
 @dataclass
@@ -64,6 +74,12 @@ class ProbeResult:
     # long, a coin of any bias), 1 for a perfect one; None without both kinds of points
     discrimination: float | None
     call_follows_word: float  # mean P(the call's side is the stated word), given a stated long or short
+    # price_only (None otherwise): the share of points whose trade came after an information call, after a
+    # get_changes call, and the expected direction accuracy of the points with and without get_changes
+    info_call_rate: float | None
+    signal_call_rate: float | None
+    expected_accuracy_with_signal: float | None
+    expected_accuracy_without_signal: float | None
     probabilities: list[dict[str, float]]  # per point: P of each action, as the call carries it out
     word_probabilities: list[dict[str, float]]  # per point: P of each action word after `Action:`
 
@@ -71,14 +87,33 @@ class ProbeResult:
         return {k: v for k, v in asdict(self).items() if k not in ("probabilities", "word_probabilities")}
 
 
-def probe_points(config: Config, tokenizer, *, split: str = "test", count: int = 200) -> list[ProbePoint]:
-    """`count` one-decision contexts at evenly spaced decision bars of `split` (fewer if the split is shorter)."""
-    if config.env.observation == "price_only":
-        raise UsageError(
-            "probe-run writes the observed changes into the reasoning, which a price_only agent has to fetch "
-            "with get_changes: judge such a run with `r1trade backtest` (greedy, information turns included)"
-        )
+def probe_points(config: Config, tokenizer, *, split: str = "test", count: int = 200,
+                 policy=None) -> list[ProbePoint]:
+    """`count` one-decision contexts at evenly spaced decision bars of `split` (fewer if the split is shorter).
+
+    Under `env.observation: price_only` the context is the one `policy` reaches by its greedy tool turns (see the
+    module docstring), so `policy` is required there.
+    """
     (env,) = make_envs(config, 1, split)
+    bars = _decision_bars(env, config, split, count)
+    if config.env.observation == "price_only":
+        if policy is None:
+            raise UsageError("a price_only probe follows the policy's own tool turns: pass the policy")
+        return _after_tool_turns(config, policy, tokenizer, bars, split)
+    chat = ChatTokens(tokenizer)
+    rng = np.random.default_rng(0)
+    points = []
+    for bar in bars:
+        messages, _ = env.reset(options={"start": int(bar), "decisions": 1})
+        opening = f"{observed_changes(env)}. {ACTION_PROMPT}"
+        context = chat.context(messages)
+        *_, info = env.step(random_turn(env, rng, ["long"], plain=True))  # any order: it reveals the move
+        points.append(_point(tokenizer, int(bar), int(info["move_sign"]), context, opening))
+    return points
+
+
+def _decision_bars(env, config: Config, split: str, count: int) -> np.ndarray:
+    """Up to `count` evenly spaced decision bars of the env's split (on the planted intervals' grid, if any)."""
     every, warmup = config.env.decision_every, config.env.warmup_bars
     latest = len(env.replay) - 1 - every
     grid = env.replay.decision_grid
@@ -87,19 +122,33 @@ def probe_points(config: Config, tokenizer, *, split: str = "test", count: int =
     bars = np.arange(first, latest + 1, step)
     if len(bars) == 0:
         raise UsageError(f"the {split} split has no room for a decision after {warmup} warm-up bars")
-    bars = bars[np.unique(np.linspace(0, len(bars) - 1, min(count, len(bars))).round().astype(int))]
-    chat = ChatTokens(tokenizer)
-    rng = np.random.default_rng(0)
+    return bars[np.unique(np.linspace(0, len(bars) - 1, min(count, len(bars))).round().astype(int))]
+
+
+def _point(tokenizer, bar: int, move_sign: int, context: list[int], opening: str,
+           info_tools: list[str] | None = None) -> ProbePoint:
+    """The point whose prefix is `context` then `opening` (text ending in `Action:`), and its two call prefixes."""
+    ids = context + tokenizer(opening, add_special_tokens=False)["input_ids"]
+    calls = {side: context + tokenizer(f"{opening} {side}.\n{CALL_PREFIX}", add_special_tokens=False)["input_ids"]
+             for side in SIDES}
+    return ProbePoint(bar, move_sign, ids, calls, info_tools)
+
+
+def _after_tool_turns(config: Config, policy, tokenizer, bars: np.ndarray, split: str) -> list[ProbePoint]:
+    """Points whose context is the policy's own greedy episode up to its trade turn's `Action:` (or, where that
+    turn has no `Action:`, the context before the turn with `Action:` appended)."""
+    envs = make_envs(config, len(bars), split)
+    engine = RolloutEngine(policy, tokenizer, sampling_from_config(config.rollout, greedy=True))
+    played = engine.run([FixedStart(env, int(bar), 1) for env, bar in zip(envs, bars, strict=True)],
+                        [config.seed + k for k in range(len(bars))])
     points = []
-    for bar in bars:
-        messages, _ = env.reset(options={"start": int(bar), "decisions": 1})
-        line = f"{observed_changes(env)}. {ACTION_PROMPT}"
-        context = chat.context(messages)
-        ids = context + tokenizer(line, add_special_tokens=False)["input_ids"]
-        calls = {side: context + tokenizer(f"{line} {side}.\n{CALL_PREFIX}", add_special_tokens=False)["input_ids"]
-                 for side in SIDES}
-        *_, info = env.step(random_turn(env, rng, ["long"], plain=True))  # any order: it reveals the move
-        points.append(ProbePoint(int(bar), int(info["move_sign"]), ids, calls))
+    for bar, trajectory in zip(bars, played, strict=True):
+        trade = trajectory.turns[-1]  # the turn that ended the decision (a trade, a hold, or a forced hold)
+        context = trajectory.segments[trade.segment].token_ids[: trade.start]
+        cut = trade.text.find(ACTION_PROMPT)
+        opening = trade.text[: cut + len(ACTION_PROMPT)] if cut >= 0 else ACTION_PROMPT
+        points.append(_point(tokenizer, int(bar), int(trade.info["move_sign"]), context, opening,
+                             list(trade.info["info_tools"])))
     return points
 
 
@@ -132,9 +181,27 @@ def probe(policy, tokenizer, points: list[ProbePoint], *, temperature: float = 1
         up_share=float(np.mean([p.move_sign > 0 for p in points])),
         discrimination=discrimination(calls, [point.move_sign for point in points]),
         call_follows_word=float(np.mean(follows)),
+        **_information(points, calls),
         probabilities=calls,
         word_probabilities=words,
     )
+
+
+def _information(points: list[ProbePoint], calls: list[dict[str, float]]) -> dict[str, float | None]:
+    """The information fields of `ProbeResult` (all None for points without tool turns)."""
+    keys = ("info_call_rate", "signal_call_rate", "expected_accuracy_with_signal", "expected_accuracy_without_signal")
+    if any(point.info_tools is None for point in points):
+        return dict.fromkeys(keys)
+    looked = [SIGNAL_TOOL in point.info_tools for point in points]
+    expected = [expected_direction(p, point.move_sign) for point, p in zip(points, calls, strict=True)]
+    with_signal = [e for e, hit in zip(expected, looked, strict=True) if hit]
+    without = [e for e, hit in zip(expected, looked, strict=True) if not hit]
+    return dict(zip(keys, (
+        float(np.mean([bool(point.info_tools) for point in points])),
+        float(np.mean(looked)),
+        float(np.mean(with_signal)) if with_signal else None,
+        float(np.mean(without)) if without else None,
+    ), strict=True))
 
 
 def carried_out(words: dict[str, float], sides: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -234,12 +301,15 @@ def probe_run(run_dir: Path, *, every: int = 1, count: int = 200, split: str = "
     if not todo:
         return records
     models = load_agent_models(config.model, seed=config.seed)
-    points = probe_points(config, models.tokenizer, split=split, count=count)
+    follows_tools = config.env.observation == "price_only"  # the points move with the policy's tool turns
+    points = None if follows_tools else probe_points(config, models.tokenizer, split=split, count=count)
     temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
     by_step = dict(checkpoints)
     for step in todo:
         if step > 0:
             load_policy(models, by_step[step] / "policy")
+        if follows_tools:
+            points = probe_points(config, models.tokenizer, split=split, count=count, policy=models.policy)
         result = probe(models.policy, models.tokenizer, points, temperature=temperature)
         record = {"step": step, "points_asked": count, **result.summary()}
         records = sorted([*records, record], key=lambda r: r["step"])
