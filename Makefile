@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip
 R1     := $(VENV)/bin/r1trade
 TORCH  ?= torch==2.13.0
 
-.PHONY: install test test-kernels-off demo demo-btc bench clean
+.PHONY: install test test-kernels-off demo demo-btc bench gpu-wheels gpu-check clean
 
 install: $(VENV)/.installed
 
@@ -56,7 +56,32 @@ demo-btc: install
 
 bench: install
 	$(PIP) install --quiet -e '.[test,deepspeed,bench]'
-	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
+	for script in $(filter-out benchmarks/gpu_check.py,$(wildcard benchmarks/*.py)); do $(PY) $$script || exit 1; done
+
+# The trainer on a CUDA GPU (benchmarks/gpu_check.py): the tests marked cuda, then a few updates of each model shape
+# with both training engines, and a table for docs/benchmarks.md. It runs on the GPU machine's own Python (with
+# torch and CUDA), not in .venv: r1trade from src/, and whatever else is missing there from the wheels in .whl/,
+# which it installs into /tmp/site once it has found the GPU.
+GPU_PYTHON ?= python3
+gpu-check:
+	PYTHONPATH=src PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/gpu_check.py
+
+# The wheels a GPU machine with Python 3.12 and torch may lack for r1trade, at the versions .venv holds, into .whl/
+# (ignored by git): transformers, TRL and peft as tested here, and the packages such an image often lacks. ta ships
+# no wheel, so it is built here (pure Python). Not torch: the GPU machine has its own build.
+GPU_WHEELS := transformers trl peft datasets dill multiprocess pydantic pydantic_core annotated-types \
+              typing-inspection
+GPU_BUILT  := ta
+MANYLINUX  := $(foreach n,2_28 2_27 2_17,--platform manylinux_$(n)_x86_64) --platform manylinux2014_x86_64 \
+              --platform manylinux1_x86_64
+PINNED      = $$($(PY) -c 'import sys; from importlib.metadata import version; \
+                          print(*(n + "==" + version(n) for n in sys.argv[1:]))' $(1))
+gpu-wheels: install
+	rm -rf .whl
+	$(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $(MANYLINUX) \
+	    -d .whl $(call PINNED,$(GPU_WHEELS))
+	$(PIP) wheel --quiet --no-deps -w .whl $(call PINNED,$(GPU_BUILT))
+	du -sh .whl
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis runs reports

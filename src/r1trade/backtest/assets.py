@@ -83,16 +83,16 @@ def run_asset_backtests(
     out_dir: Path | None = None,
     force: bool = False,
     walk_forward: int | None = None,
-    span: str = "split",
+    span: str | None = None,
     trials: int | None = None,
     **players: Any,
 ) -> AssetsOutcome:
     """`run_backtest` on each candle file of `config.data.paths` into `<out_dir>-<label>`, then the pooled
     report into `out_dir` (default `default_report_dir`). Every folder is checked before anything runs.
-    `players`: `run_backtest`'s checkpoint, base_model and models, the same for every asset."""
+    `players`: `run_backtest`'s checkpoint, step, base_model and models, the same for every asset."""
     assets = asset_configs(config)
     labels = asset_labels(assets)
-    out_dir = out_dir or default_report_dir(config, strategy, walk_forward=walk_forward, span=span)
+    out_dir = out_dir or default_report_dir(config, strategy, walk_forward=walk_forward, span=span or "split")
     folders = [out_dir.with_name(f"{out_dir.name}-{label}") for label in labels]
     for folder in (out_dir, *folders):
         check_report_folder(folder, force=force)

@@ -35,6 +35,7 @@ from r1trade.backtest.engine import TRADE_COLUMNS, round_trips
 from r1trade.backtest.metrics import compute_metrics, decision_hits, held_moves
 from r1trade.backtest.report import ReportContext, StrategyRun
 from r1trade.config import Config
+from r1trade.data.splits import train_then_test
 from r1trade.data.synthetic import DecisionGrid, decision_grid
 from r1trade.env.information import SIGNAL_TOOL, accuracy_by_decision, information_use
 from r1trade.errors import DataError
@@ -216,7 +217,8 @@ def play_windows(player: Player, context: ReportContext, plan: WindowPlan) -> li
     from r1trade.env.trading_env import FixedStart, make_envs
 
     config = context.config
-    envs = make_envs(config, len(plan.starts), context.split)
+    replayed, split = _replay_source(context)
+    envs = make_envs(replayed, len(plan.starts), split)
     if not envs[0].replay.index.equals(context.split_candles.index):
         raise DataError(f"the env's {context.split} split differs from the backtest's: check data.path")
     windows = [FixedStart(env, s, n) for env, s, n in zip(envs, plan.starts, plan.decisions, strict=True)]
@@ -225,6 +227,20 @@ def play_windows(player: Player, context: ReportContext, plan: WindowPlan) -> li
         WindowPlay(start, env.equity_curve(), [(turn.text, turn.info) for turn in trajectory.turns])
         for start, env, trajectory in zip(plan.starts, envs, trajectories, strict=True)
     ]
+
+
+def _replay_source(context: ReportContext) -> tuple[Config, str]:
+    """The config and split whose market replay holds the context's candles: its own, or, for a span (every bar
+    after the train split), its config with a split whose test split is that span (`train_then_test`), since
+    envs replay whole splits."""
+    config = context.config
+    if context.span is None:
+        return config, context.split
+    split = train_then_test(
+        train_end=context.splits.train.index[-1], test_end=context.span.index[-1],
+        embargo_bars=config.data.split.embargo_bars,
+    )
+    return config.model_copy(update={"data": config.data.model_copy(update={"split": split})}), "test"
 
 
 # --------------------------------------------------------------------------- the run

@@ -87,6 +87,7 @@ class StrategyRun:
     seeds that were right); actions: a model's trade action per decision. ci95: 95 % intervals per metric;
     vs_buy_and_hold: a model's paired intervals of its differences with buy-and-hold, their point values
     (`difference`) and the `verdict` on the `verdict_on` metric; deflated_sharpe: see `significance`.
+    checkpoint: the checkpoint a trained agent's policy came from (in a walk-forward, each fold's own).
     """
 
     name: str
@@ -100,6 +101,7 @@ class StrategyRun:
     ci95: dict[str, tuple[float, float]] = field(default_factory=dict)
     vs_buy_and_hold: dict[str, Any] | None = None
     deflated_sharpe: DeflatedSharpe | None = None
+    checkpoint: Path | None = None
 
     @property
     def rows(self) -> dict[str, Any]:
@@ -421,10 +423,11 @@ def _first_decision(context: ReportContext) -> int | None:
 
 
 def _fold_entry(fold: FoldReport) -> dict[str, Any]:
-    """A fold in metrics.json: its range (timestamps, positions in the evaluated span, bars), its runs."""
+    """A fold in metrics.json: its range (timestamps, positions in the evaluated span, bars), its runs and the
+    checkpoint each trained agent played it with."""
     context = fold.context
     index = context.candles.index
-    return {
+    entry = {
         "fold": fold.number,
         "start": index[0].isoformat(),
         "end": index[-1].isoformat(),
@@ -435,6 +438,8 @@ def _fold_entry(fold: FoldReport) -> dict[str, Any]:
         "strategies": {run.name: strategy_entry(run) for run in fold.runs},
         "notes": {run.name: run.note for run in fold.runs if run.note},
     }
+    checkpoints = {run.name: str(run.checkpoint) for run in fold.runs if run.checkpoint is not None}
+    return {**entry, "checkpoints": checkpoints} if checkpoints else entry
 
 
 def trades_frame(runs: list[StrategyRun]) -> pd.DataFrame:

@@ -8,7 +8,8 @@ length over a 365-day year with `backtest.risk_free_rate` (CAGR, Sortino and Cal
 curve is the mean of the seeds' curves, and its trades are all seeds' trades with a `seed` column.
 
 A trained agent (`--checkpoint`) and the untrained base model (`--baseline base-model`) play the split through
-the TradingEnv by the protocol of `r1trade.backtest.model_runs`, with this config's env settings; their
+the TradingEnv by the protocol of `r1trade.backtest.model_runs`, with this config's env settings (the fold agents
+of a walk-forward run each play their own fold only, `r1trade.backtest.fold_agents`); their
 evaluation starts at the first bar with warm-up history (and may stop early, `backtest.max_decisions`), and
 every baseline is then measured on exactly the same bars, its signals still computed from the whole split so
 that indicators have their history. `Direction Accuracy [%]` scores every strategy on the same decision bars
@@ -33,15 +34,21 @@ import pandas as pd
 
 from r1trade.backtest.bootstrap import DecisionSample
 from r1trade.backtest.engine import BacktestResult, run_vectorized
+from r1trade.backtest.fold_agents import (
+    WalkForwardRun,
+    check_fold_windows,
+    is_walk_forward_run,
+    load_walk_forward_run,
+)
 from r1trade.backtest.metrics import SECONDS_PER_YEAR, decision_hits, held_moves
 from r1trade.backtest.model_runs import WindowPlan, context_plan, run_model
 from r1trade.backtest.report import FoldReport, ReportContext, StrategyRun, write_report
 from r1trade.backtest.strategies import ALL_STRATEGIES, PLANTED_EDGE_STRATEGIES, make_targets
 from r1trade.backtest.uncertainty import run_sample, with_uncertainty
-from r1trade.backtest.walk_forward import SPANS, after_train, fold_contexts, pooled_run
+from r1trade.backtest.walk_forward import SPANS, fold_contexts, pooled_run
 from r1trade.config import Config, load_config
 from r1trade.data.source import load_config_candles
-from r1trade.data.splits import make_splits
+from r1trade.data.splits import after_train, make_splits
 from r1trade.data.store import timeframe_to_timedelta
 from r1trade.errors import ConfigError, DataError, UsageError
 from r1trade.outputs import check_report_folder
@@ -75,8 +82,9 @@ def run_backtest(
     out_dir: Path | None = None,
     force: bool = False,
     walk_forward: int | None = None,
-    span: str = "split",
+    span: str | None = None,
     trials: int | None = None,
+    step: int | None = None,
 ) -> BacktestOutcome:
     """Run `strategy` alone, or every baseline in `backtest.strategies`, beside the agent of `checkpoint`,
     (`base_model`) the model before RL: the checkpoint's base model, else `config.model`, and any other `models`
@@ -89,19 +97,27 @@ def run_backtest(
     with `force`; a run, checkpoint or foreign folder never.
 
     `walk_forward` K: backtest K folds (`r1trade.backtest.walk_forward`) of the split, or with `span` "all" of
-    every bar after the train split; the report holds the pooled runs and each fold's. `trials`: the variants
+    every bar after the train split (default span: "split"); the report holds the pooled runs and each fold's.
+    A `checkpoint` that is a walk-forward run (`train.walk_forward`) sets K and the span to the run's, and each
+    fold's agent (its last checkpoint, or `step-N` for `step` N) plays its own fold. `trials`: the variants
     compared on this data, for the deflated Sharpe ratio (default: the number of models).
     """
+    fold_agents = _fold_agents(checkpoint, step)
+    if fold_agents is not None:
+        walk_forward, span = fold_agents.folds_asked(walk_forward, span)
+    span = span or "split"
     if span not in SPANS:
         raise UsageError(f"--walk-forward-span {span!r}: use one of {', '.join(SPANS)}")
     if span != "split" and walk_forward is None:
         raise UsageError("--walk-forward-span needs --walk-forward K")
+    if walk_forward is not None and walk_forward < 2:
+        raise UsageError(f"--walk-forward {walk_forward}: use 2 or more folds")
     if trials is not None and trials < 1:
         raise UsageError(f"--trials {trials}: give the number of variants tried, 1 or more")
     out_dir = out_dir or default_report_dir(config, strategy, walk_forward=walk_forward, span=span)
     check_report_folder(out_dir, force=force)
     names = [strategy] if strategy else list(dict.fromkeys(config.backtest.strategies))
-    players = model_players(config, checkpoint, base_model=base_model, models=models)
+    players = model_players(config, checkpoint, base_model=base_model, models=models, fold_agents=fold_agents)
     if (strategy in PLANTED_EDGE_STRATEGIES or players) and "buy_and_hold" not in names:
         names.append("buy_and_hold")
     check_strategy_names(names, params=config.backtest.params, planted_edge=config.data.source == "synthetic")
@@ -110,19 +126,19 @@ def run_backtest(
             "nothing to backtest: backtest.strategies is empty and neither --checkpoint nor --baseline "
             "base-model was given"
         )
-    if players and span != "split":
-        raise UsageError(
-            "--walk-forward-span all evaluates rule baselines only: models play the evaluation split "
-            "(drop the span, or --checkpoint, --baseline and --model)"
-        )
     context = load_context(config, span=span)
     contexts = [context] if walk_forward is None else fold_contexts(context, walk_forward)
+    if fold_agents is not None:
+        check_fold_windows(fold_agents, config)
     evaluations = [_evaluated(fold, number, players) for number, fold in enumerate(contexts, start=1)]
     fold_runs: list[list[StrategyRun]] = [[] for _ in evaluations]
-    for player in players:  # each model is loaded once and plays every fold
-        loaded, opening = player.load()
-        for runs, (fold, plan) in zip(fold_runs, evaluations, strict=True):
-            runs.append(player.play(loaded, opening, fold, plan))
+    for player in players:  # each model is loaded once and plays every fold; fold agents load one per fold
+        loaded = None
+        for number, (runs, (fold, plan)) in enumerate(zip(fold_runs, evaluations, strict=True), start=1):
+            if loaded is None or player.per_fold:
+                loaded = None  # the previous fold's agent is freed before the next loads
+                loaded = player.load(number)
+            runs.append(player.play(loaded, fold, plan))
         del loaded  # freed before the next model loads
     trials = len(players) if trials is None else trials
     model_names = {player.name for player in players}
@@ -141,6 +157,19 @@ def run_backtest(
     return BacktestOutcome(runs=runs, context=context, out_dir=out_dir, files=files, folds=folds)
 
 
+def _fold_agents(checkpoint: Path | None, step: int | None) -> WalkForwardRun | None:
+    """The fold agents of `checkpoint` when it is a walk-forward run (each fold's `step-N` for `step` N, else
+    its last checkpoint); `step` names nothing in a single checkpoint."""
+    if checkpoint is not None and is_walk_forward_run(checkpoint):
+        return load_walk_forward_run(checkpoint, step=step)
+    if step is not None:
+        raise UsageError(
+            "--step picks each fold agent's checkpoint of a walk-forward run (--checkpoint runs/<name> trained "
+            "with train.walk_forward); a checkpoint directory already names its step"
+        )
+    return None
+
+
 def default_report_dir(
     config: Config, strategy: str | None = None, *, walk_forward: int | None = None, span: str = "split"
 ) -> Path:
@@ -153,29 +182,46 @@ def default_report_dir(
 
 
 @dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to play: its models, the opening of its note (what it is) and, for a trained agent, the
+    checkpoint its policy came from."""
+
+    models: AgentModels
+    opening: str
+    checkpoint: Path | None = None
+
+
+@dataclass(frozen=True)
 class ModelPlayer:
-    """A language model played the agent's way: its name in the report, how to load it (its models and the
-    opening of its note: what it is), and the run whose note describes the protocol, if not its own."""
+    """A language model played the agent's way: its name in the report, how to load it for fold k (1 without
+    a walk-forward), whether each fold loads its own (a walk-forward run's fold agents) and the run whose note
+    describes the protocol, if not its own."""
 
     name: str
-    load: Callable[[], tuple[AgentModels, str]]
+    load: Callable[[int], LoadedModel]
     beside: str | None = None
+    per_fold: bool = False
 
-    def play(
-        self, models: AgentModels, opening: str, context: ReportContext, plan: WindowPlan
-    ) -> StrategyRun:
+    def play(self, loaded: LoadedModel, context: ReportContext, plan: WindowPlan) -> StrategyRun:
         """The run on `context` (already the plan's bars); `plan`, made on the bars before, is described."""
         protocol = protocol_note(plan, context) if self.beside is None else (
             f"same protocol and windows as {self.beside}"
         )
-        return run_model(self.name, models, context, note=f"{opening}; {protocol}")
+        run = run_model(self.name, loaded.models, context, note=f"{loaded.opening}; {protocol}")
+        return replace(run, checkpoint=loaded.checkpoint)
 
 
 def model_players(
-    config: Config, checkpoint: Path | None, *, base_model: bool = False, models: Sequence[str] = ()
+    config: Config,
+    checkpoint: Path | None,
+    *,
+    base_model: bool = False,
+    models: Sequence[str] = (),
+    fold_agents: WalkForwardRun | None = None,
 ) -> list[ModelPlayer]:
-    """The trained agent of `checkpoint` "agent (step-N)", (`base_model`) the model before RL as "base model"
-    (the checkpoint's base model, else `config.model`) and each of `models` as "model NAME", in that order.
+    """The trained agent of `checkpoint` "agent (step-N)" (with `fold_agents`, the run's fold agents as
+    "agent (per fold)"), (`base_model`) the model before RL as "base model" (the checkpoint's base model, else
+    `config.model`) and each of `models` as "model NAME", in that order.
 
     The agent's policy comes from the checkpoint (`load_trained_agent`: a missing or incomplete checkpoint, or
     one whose config does not match its weights, is a one-line UsageError); everything the env does (costs,
@@ -191,19 +237,24 @@ def model_players(
             "`r1trade train`, e.g. runs/<name>/checkpoints/step-N)"
         )
 
-    def agent() -> tuple[AgentModels, str]:
-        assert checkpoint is not None
-        trained, loaded = load_trained_agent(checkpoint)
-        return loaded, f"checkpoint {checkpoint} ({trained.model.name_or_path})"
+    def agent(fold: int) -> LoadedModel:
+        played = checkpoint if fold_agents is None else fold_agents.checkpoints[fold - 1]
+        assert played is not None
+        trained, loaded = load_trained_agent(played)
+        return LoadedModel(loaded, f"checkpoint {played} ({trained.model.name_or_path})", played)
 
-    def untrained(name: str | None, what: str) -> Callable[[], tuple[AgentModels, str]]:
-        def load() -> tuple[AgentModels, str]:
+    def untrained(name: str | None, what: str) -> Callable[[int], LoadedModel]:
+        def load(fold: int) -> LoadedModel:
             model = load_config(checkpoint / "config.yaml").model if checkpoint is not None else config.model
             model = model if name is None else model.model_copy(update={"name_or_path": name})
-            return load_agent_models(model, seed=config.seed), f"{what}: {model.name_or_path}"
+            return LoadedModel(load_agent_models(model, seed=config.seed), f"{what}: {model.name_or_path}")
         return load
 
-    players = [ModelPlayer(f"agent ({checkpoint.name})", agent)] if checkpoint is not None else []
+    players: list[ModelPlayer] = []
+    if fold_agents is not None:
+        players.append(ModelPlayer("agent (per fold)", agent, per_fold=True))
+    elif checkpoint is not None:
+        players.append(ModelPlayer(f"agent ({checkpoint.name})", agent))
     beside = players[0].name if players else None
     if base_model:
         what = "RL started from" if checkpoint is not None else "untrained"

@@ -3,10 +3,11 @@
 One backtest window says little: a strategy can win in one regime and lose in the next. The folds are cut from
 the evaluation split (`backtest.split`), or, with span "all", from every bar after the train split (less the
 `data.split.embargo_bars` bars that follow it). Consecutive folds are `data.split.embargo_bars` bars apart, as
-consecutive splits are: a model trained on everything before a fold is then embargoed from it exactly as the
-train split is from the test split. Fold sizes differ by at most one bar. Each fold is backtested on its own:
-every strategy starts flat with the initial cash at the fold's first evaluated bar (a model's, after its
-warm-up, when models run), its signals computed from the whole span so that indicators have their history.
+consecutive splits are: a model trained on everything before a fold (`train.walk_forward`, whose fold agents
+`r1trade.backtest.fold_agents` plays) is then embargoed from it exactly as the train split is from the test
+split. Fold sizes differ by at most one bar (`r1trade.data.splits.fold_bounds`). Each fold is backtested on
+its own: every strategy starts flat with the initial cash at the fold's first evaluated bar (a model's, after
+its warm-up, when models run), its signals computed from the whole span so that indicators have their history.
 
 The pooled run of a strategy chains its folds (`pooled_run`); `r1trade.backtest.report.POOLED_NOTE` defines
 its rows.
@@ -22,43 +23,13 @@ import pandas as pd
 
 from r1trade.backtest.metrics import action_entropy, compute_metrics
 from r1trade.backtest.report import ReportContext, StrategyRun
-from r1trade.data.splits import Splits
+from r1trade.data.splits import fold_bounds
 from r1trade.errors import UsageError
 
 SPANS = ("split", "all")
 """Where folds are cut from: the evaluation split, or every bar after the train split."""
 MIN_FOLD_DECISIONS = 2
 """Scored decisions a fold needs at least."""
-
-
-def fold_bounds(bars: int, folds: int, embargo: int) -> list[tuple[int, int]]:
-    """(first, last) positions, inclusive, of `folds` consecutive folds of `bars` bars, `embargo` bars apart.
-
-    The bars left after the gaps are shared out as evenly as possible, the earlier folds taking one extra.
-    """
-    if folds < 2:
-        raise UsageError(f"--walk-forward {folds}: use 2 or more folds")
-    usable = bars - (folds - 1) * embargo
-    size, extra = divmod(max(usable, 0), folds)
-    if size < 1:
-        raise UsageError(
-            f"--walk-forward {folds}: {bars} bars cannot hold {folds} folds {embargo} bars apart "
-            "(data.split.embargo_bars); use fewer folds"
-        )
-    bounds, first = [], 0
-    for k in range(folds):
-        last = first + size + (k < extra) - 1
-        bounds.append((first, last))
-        first = last + 1 + embargo
-    return bounds
-
-
-def after_train(candles: pd.DataFrame, splits: Splits, embargo: int) -> pd.DataFrame:
-    """Every bar after the train split, less the `embargo` bars right after it (span "all")."""
-    start = int(candles.index.searchsorted(splits.train.index[-1], side="right")) + embargo
-    span = candles.iloc[start:]
-    span.attrs = dict(candles.attrs)
-    return span
 
 
 def fold_contexts(context: ReportContext, folds: int) -> list[ReportContext]:

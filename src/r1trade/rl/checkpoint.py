@@ -29,7 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
-from r1trade.agent.loading import TINY_RANDOM, TINY_RANDOM_QWEN, load_agent_models, model_dtype
+from r1trade.agent.loading import built_in_code, load_agent_models, model_dtype
 from r1trade.agent.models import AgentModels
 from r1trade.config import Config, ModelConfig, load_config
 from r1trade.errors import CheckpointError, OutputError, UsageError
@@ -303,7 +303,7 @@ def _identity(part: str, model_config: ModelConfig) -> dict[str, object]:
     }
     if lora.enabled:
         identity["lora"] = {"r": lora.r, "alpha": lora.alpha, "target_modules": lora.target_modules}
-    if model_config.name_or_path in (TINY_RANDOM, TINY_RANDOM_QWEN):
+    if built_in_code(model_config.name_or_path):
         identity["tiny_seed"] = model_config.tiny_seed
     if part == "critic":
         identity["critic"] = model_config.critic

@@ -208,12 +208,13 @@ class Trainer:
         filler = None  # under DeepSpeed short minibatches are padded with rows of this batch, weighted by zero
         if self.distributed.deepspeed:
             filler = batch.select(torch.arange(min(batch.rows, cfg.micro_batch_size)))
+        group = batch.group.cpu()  # row indices stay on the CPU, whatever device the batch is on
         for _ in range(cfg.epochs):
-            order = _epoch_order(batch.group, cfg.minibatches, order_generator)
+            order = _epoch_order(group, cfg.minibatches, order_generator)
             for start in range(0, most_rows, cfg.minibatch_size):  # every process takes the same number of steps
                 rows = order[start : start + cfg.minibatch_size]
                 # rows of one group side by side: a micro-batch of them shares more prefix (same gradient)
-                minibatch = batch.select(rows[torch.argsort(batch.group[rows], stable=True)])
+                minibatch = batch.select(rows[torch.argsort(group[rows], stable=True)])
                 stats, finite = self.step(minibatch, filler)
                 skipped += not finite
                 for key, value in stats.items():
