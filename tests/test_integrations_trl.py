@@ -172,15 +172,11 @@ def test_train_refuses_them_with_exit_2_before_touching_the_run_folder(capsys, t
     assert not (tmp_path / "smoke").exists()
 
 
-def test_train_refuses_a_template_without_r1trades_tool_calls_and_a_resume(capsys, tmp_path: Path):
+def test_train_refuses_a_template_without_r1trades_tool_calls(capsys, tmp_path: Path):
     settings = [*TRL, "model.name_or_path=tiny-random", f"output_dir={tmp_path}"]  # SmolLM2's ChatML template
     code = main(["train", "--config", "smoke", *(arg for s in settings for arg in ("--set", s))])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "tiny-random-qwen" in err and len(err.splitlines()) == 1
-    run_dir = tmp_path / "trl-run"
-    trl_config().save(run_dir)
-    assert main(["train", "--resume", str(run_dir)]) == 2
-    assert "cannot resume" in capsys.readouterr().err
 
 
 def test_mapped_settings():

@@ -4,27 +4,16 @@ native run folder, and `r1trade backtest --checkpoint` reads its checkpoint."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from trl_fixtures import TRL
+from trl_fixtures import SHORT_EPISODES, TRL, run_r1trade
 
 from r1trade.rl.checkpoint import list_checkpoints, load_trained_agent
 
-R1TRADE = [sys.executable, "-m", "r1trade.cli"]
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([*R1TRADE, *args], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-
 
 def test_trl_engine_trains_two_updates_and_the_checkpoint_backtests(tmp_path: Path):
-    settings = [*TRL, "rollout.max_new_tokens=16", "env.episode_decisions=1", "env.max_tool_calls=1",
-                "train.updates=2", f"output_dir={tmp_path}", "name=trl"]
-    trained = run("train", "--config", "smoke", *(arg for s in settings for arg in ("--set", s)), cwd=tmp_path)
+    settings = [*TRL, *SHORT_EPISODES, "train.updates=2", f"output_dir={tmp_path}", "name=trl"]
+    trained = run_r1trade("train", "--config", "smoke", *(arg for s in settings for arg in ("--set", s)), cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-2000:]
     run_dir = tmp_path / "trl"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -37,8 +26,9 @@ def test_trl_engine_trains_two_updates_and_the_checkpoint_backtests(tmp_path: Pa
     assert config.train.engine == "trl" and models.lora
 
     report = tmp_path / "report"
-    tested = run("backtest", "--checkpoint", str(checkpoint), "--strategy", "buy_and_hold", "--set",
-                 "backtest.max_decisions=2", "--set", "backtest.agent_windows=1", "--out", str(report), cwd=tmp_path)
+    tested = run_r1trade("backtest", "--checkpoint", str(checkpoint), "--strategy", "buy_and_hold", "--set",
+                         "backtest.max_decisions=2", "--set", "backtest.agent_windows=1", "--out", str(report),
+                         cwd=tmp_path)
     assert tested.returncode == 0, tested.stderr[-2000:]
     metrics = json.loads((report / "metrics.json").read_text())
     assert "agent (step-2)" in json.dumps(metrics)

@@ -152,7 +152,7 @@ def load_checkpoint(
     if written_by_deepspeed != (deepspeed is not None):
         launched = "under DeepSpeed" if written_by_deepspeed else "without DeepSpeed"
         raise UsageError(f"checkpoint '{path}' was written {launched}: resume it the same way")
-    with _damaged_if_refused(path / OPTIMIZER_STEM):
+    with damaged_if_refused(path / OPTIMIZER_STEM):
         if deepspeed is not None:  # optimiser shards and fp32 master weights
             require_plain_deepspeed_files(path / DEEPSPEED_DIR)
             deepspeed.load_checkpoint(
@@ -165,7 +165,7 @@ def load_checkpoint(
     if not state_files(path, stem)[0].exists():
         raise UsageError(f"checkpoint '{path}' was written by fewer processes: resume it with as many as wrote it")
     rng = load_state(path, stem)
-    with _damaged_if_refused(path / stem):
+    with damaged_if_refused(path / stem):
         generator.set_state(rng["generator"])
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
@@ -198,7 +198,7 @@ def require_plain_deepspeed_files(directory: Path) -> None:
 
 
 @contextmanager
-def _damaged_if_refused(stem: Path) -> Iterator[None]:
+def damaged_if_refused(stem: Path) -> Iterator[None]:
     """A state that parsed but does not fit (a missing key, a wrong shape) is a damaged checkpoint."""
     try:
         yield

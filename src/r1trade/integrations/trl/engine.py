@@ -5,6 +5,10 @@
 (`settings`), and writes r1trade's metrics and checkpoints (`run_log`, `checkpoints`). Generation and scoring run
 the model as transformers builds it (no oneDNN linears, no decoding kernel, SDPA attention), as on any GPU.
 
+`--resume` continues a run from its last complete checkpoint as the native trainer does (`TRLTrainer.resume`):
+TRL trains the updates left, numbered after the checkpoint's, on the windows a run that never stopped would play
+next, from the checkpoint's weights, optimiser, scheduler and random-number states.
+
 The model's chat template must be one whose tool calls TRL parses (`add_response_schema`: Qwen 2.5/3, Llama 3.1/3.2,
 GLM-4-MoE, gpt-oss, ...) and whose call syntax is r1trade's `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
 (the Qwen templates): the env's system prompt and the warm start teach that syntax. `tiny-random-qwen` is the
@@ -26,10 +30,12 @@ from trl.chat_template_utils import add_response_schema, parse_response
 from r1trade.agent.loading import load_named_model
 from r1trade.config import Config, ModelConfig
 from r1trade.errors import ConfigError, TrainingInterrupted, UsageError
+from r1trade.integrations.trl.checkpoints import RestoreTraining, load_trl_policy, read_training_states
 from r1trade.integrations.trl.environment import environment_factory, window_rows
 from r1trade.integrations.trl.run_log import RunLog
-from r1trade.integrations.trl.settings import grpo_arguments
-from r1trade.rl.checkpoint import checkpoint_dir, latest_checkpoint
+from r1trade.integrations.trl.settings import grpo_arguments, steps_per_update
+from r1trade.rl.checkpoint import TrainingState, checkpoint_dir, latest_checkpoint
+from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 from r1trade.safe_load import first_line
 
 _PROBE_CALL = '<tool_call>{"name": "hold", "arguments": {"view": "neutral"}}</tool_call>'
@@ -56,12 +62,13 @@ class TRLTrainer:
                 f"train.engine trl: full fine-tuning with train.kl_coef > 0 needs a model directory TRL can load its "
                 f"reference from; '{config.model.name_or_path}' has none: enable model.lora or set train.kl_coef 0"
             )
+        self.state = TrainingState()
         self.log = RunLog(config, run_dir, on_update=on_update)
-        groups = config.rollout.num_envs // config.train.group_size * args.world_size  # windows per update
+        self.windows_per_update = config.rollout.num_envs // config.train.group_size * args.world_size
         self.trainer = GRPOTrainer(
             model=model,
             args=args,
-            train_dataset=Dataset.from_list(window_rows(config, config.train.updates * groups)),
+            train_dataset=self._windows_after(0),
             processing_class=tokenizer,
             peft_config=_peft_config(config.model),
             environment_factory=environment_factory(config, on_episode=self.log.add_episode),
@@ -70,10 +77,44 @@ class TRLTrainer:
         self.trainer.remove_callback(PrinterCallback)  # r1trade prints its own progress
 
     def resume(self) -> Path | None:
-        raise UsageError("train.engine trl cannot resume a run: start it over with --force")
+        """Continue the run from its last complete checkpoint, as `r1trade.rl.trainer.Trainer.resume` does: load its
+        policy now, restore its optimiser, scheduler and random-number states as training starts (`RestoreTraining`:
+        TRL builds the optimiser only then), leave TRL the updates after it, and cut the metrics log back to it.
+        Returns the checkpoint, or None when the run has none."""
+        checkpoint = latest_checkpoint(self.run_dir)
+        if checkpoint is None:
+            return None
+        saved = read_training_states(checkpoint)
+        if saved.optimizer is None or self.trainer.args.deepspeed_plugin is not None:
+            raise UsageError(
+                f"cannot resume '{self.run_dir}' under DeepSpeed or from a checkpoint written under it: train.engine "
+                "trl keeps no DeepSpeed optimiser state; resume without DeepSpeed a run trained without it"
+            )
+        load_trl_policy(self.config, self.trainer.model, self.trainer.processing_class, checkpoint / "policy")
+        self.trainer.add_callback(RestoreTraining(saved))
+        self._continue_after(saved.update)
+        truncate_records(self.run_dir / METRICS_FILE, saved.update)
+        return checkpoint
+
+    def _continue_after(self, done: int) -> None:
+        """Leave TRL the updates after the first `done`: their windows and their optimiser steps. TRL counts its
+        steps from 0 again; `RunLog` numbers its updates from `done` + 1."""
+        self.state = TrainingState(step=done)
+        self.log.earlier_updates = done
+        self.trainer.train_dataset = self._windows_after(done)
+        self.trainer.args.max_steps = self._updates_after(done) * steps_per_update(self.config)
+
+    def _updates_after(self, done: int) -> int:
+        return max(self.config.train.updates - done, 0)  # none: `r1trade.train` refuses to resume a finished run
+
+    def _windows_after(self, done: int) -> Dataset:
+        """The dataset rows of the updates after the first `done`: the windows `window_rows` draws for them, the
+        same whether the run stopped after `done` updates or not (TRL takes the rows in order)."""
+        count, first = self._updates_after(done) * self.windows_per_update, done * self.windows_per_update
+        return Dataset.from_list(window_rows(self.config, count, first=first))
 
     def train(self) -> Path:
-        """Run every update; return the final checkpoint."""
+        """Run the updates left; return the final checkpoint."""
         try:
             self.trainer.train()
         except KeyboardInterrupt:

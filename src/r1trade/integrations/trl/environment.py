@@ -232,13 +232,15 @@ def window_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index) % (2**31 - 1)
 
 
-def window_rows(config: Config, count: int, *, split: str = "train") -> list[dict[str, Any]]:
-    """`count` dataset rows, each one training window: the prompt (the system prompt, and an empty user turn that
-    `reset` fills with the first observation), a start bar drawn as the env draws one, and the seed of the window."""
+def window_rows(config: Config, count: int, *, split: str = "train", first: int = 0) -> list[dict[str, Any]]:
+    """`count` dataset rows from the run's `first`-th training window on, each one window: the prompt (the system
+    prompt, and an empty user turn that `reset` fills with the first observation), a start bar drawn as the env
+    draws one, and the seed of the window. A window depends on its index alone, so a resumed run's rows (`first`
+    after the windows it played) are the ones a run that never stopped plays next."""
     env = TradingEnv(load_replay(config, split), config.env, config.rewards)
     prompt = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": ""}]
     rows = []
-    for index in range(count):
+    for index in range(first, first + count):
         seed = window_seed(config.seed, index)
         _, info = env.reset(seed=seed)
         rows.append({"prompt": prompt, "start": info["start_bar"], "seed": seed})

@@ -1,7 +1,8 @@
 """A TrainerCallback that gives a TRL run r1trade's run folder: one `metrics.jsonl` record per update, with the
 native trainer's episode figures, and checkpoints every `train.checkpoint_every` updates and at the end.
 
-An update is one generation round (`settings.steps_per_update` optimiser steps). The episode figures (return, each
+An update is one generation round (`settings.steps_per_update` optimiser steps); a resumed run numbers its updates
+after the checkpoint's (`earlier_updates`), as TRL counts its steps from 0 again. The episode figures (return, each
 reward component, valid-call rate, direction accuracy, PnL, information-tool use) come from the episodes the
 environments finished during the round, through the native `episode_metrics`; the optimisation figures are TRL's
 logs averaged over the round's steps, under r1trade's names where one exists (`kl_ref`, `entropy`, `grad_norm`,
@@ -64,6 +65,8 @@ class RunLog(TrainerCallback):
         self.run_dir = run_dir
         self.on_update = on_update
         self.per_update = steps_per_update(config)
+        self.earlier_updates = 0
+        """Updates finished before TRL started: those of the checkpoint a resumed run continues from."""
         self.episodes: list[Episode] = []
         self.logs: list[dict[str, Any]] = []
         self.started = time.perf_counter()
@@ -79,7 +82,7 @@ class RunLog(TrainerCallback):
         self.logs.append(dict(logs))
         if state.global_step % self.per_update:
             return
-        update = state.global_step // self.per_update
+        update = self.earlier_updates + state.global_step // self.per_update
         episodes = gather_object(self.episodes)  # every process's episodes (a collective: all processes get here)
         metrics = {"update": update, **update_metrics(episodes, self.logs)}
         metrics["update_seconds"] = time.perf_counter() - self.started
