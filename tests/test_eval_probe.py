@@ -145,7 +145,7 @@ BLIND_SCRIPT = [call("place_order", "Action: short.\n", side="short", size=1.0, 
 def test_a_price_only_probe_reads_the_policy_after_its_own_tool_turns(monkeypatch) -> None:
     """Even points call get_changes first, odd ones trade at once: each point's context is that episode up to its
     trade turn's `Action:`, and the information figures count who looked."""
-    config = load_config("planted_edge", [*PLANTED, "env.observation=price_only"])
+    config = load_config("planted_edge", [*PLANTED, "env.observation=price_only", "env.episode_decisions=1"])
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=1)
 
@@ -175,8 +175,41 @@ def test_a_price_only_probe_reads_the_policy_after_its_own_tool_turns(monkeypatc
     assert result.info_call_rate == 0.5 and result.signal_call_rate == 0.5
     assert math.isclose(result.expected_accuracy_with_signal, np.mean(expected[0::2]), rel_tol=1e-9)
     assert math.isclose(result.expected_accuracy_without_signal, np.mean(expected[1::2]), rel_tol=1e-9)
-    with pytest.raises(UsageError, match="own tool turns"):
+    assert result.expected_accuracy_by_decision == {0: result.expected_direction_accuracy}
+    with pytest.raises(UsageError, match="policy's own turns"):
         probe_points(config, tokenizer, count=2)
+
+
+def test_a_multi_decision_probe_reads_every_decision_of_the_policys_windows(monkeypatch) -> None:
+    """Windows of two decisions: the first looks at get_changes and goes long, the second goes short at once. A
+    point per decision, the second's context holding the whole first decision, and accuracy per decision index."""
+    config = load_config("planted_edge", [*PLANTED, "env.observation=price_only", "env.episode_decisions=2"])
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=1)
+
+    class Scripted(probe_module.RolloutEngine):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.backend = ScriptedBackend(tokenizer, lambda key: SIGNAL_SCRIPT + BLIND_SCRIPT)
+
+    monkeypatch.setattr(probe_module, "RolloutEngine", Scripted)
+    points = probe_points(config, tokenizer, split="test", count=6, policy=model)
+    (env,) = make_envs(config, 1, "test")
+    replay, every = env.replay, config.env.decision_every
+    assert [p.decision for p in points] == [0, 1] * 3
+    for first, second in zip(points[0::2], points[1::2], strict=True):
+        assert second.bar == first.bar + every and first.info_tools == ["get_changes"] and second.info_tools == []
+        assert second.input_ids[: len(first.input_ids)] == first.input_ids  # the first decision lies in its context
+        assert tokenizer.decode(second.input_ids).endswith("Action:")
+        for point in (first, second):
+            move = replay.close[point.bar + every] - replay.open[point.bar + 1]
+            assert point.move_sign == int(np.sign(move))
+    result = probe(model, tokenizer, points)
+    expected = [p[{1: "long", -1: "short"}[pt.move_sign]] / sum(p.values()) if pt.move_sign else 0.0
+                for pt, p in zip(points, result.probabilities, strict=True)]
+    assert result.expected_accuracy_by_decision.keys() == {0, 1}
+    assert math.isclose(result.expected_accuracy_by_decision[0], np.mean(expected[0::2]), rel_tol=1e-9)
+    assert math.isclose(result.expected_accuracy_by_decision[1], np.mean(expected[1::2]), rel_tol=1e-9)
 
 
 def test_information_figures_by_hand() -> None:

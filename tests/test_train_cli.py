@@ -38,7 +38,9 @@ def test_train_resume_and_show_rollout(capsys, tmp_path: Path):
     assert main(["probe-run", str(run_dir), "--points", "5"]) == 0
     records = json.loads((run_dir / "probe-test.json").read_text())
     steps = sorted(int(p.name.removeprefix("step-")) for p in (run_dir / "checkpoints").iterdir())
-    assert [r["step"] for r in records] == [0, *steps] and all(r["points"] == 5 for r in records)
+    assert [r["step"] for r in records] == [0, *steps]
+    # two-decision windows follow the policy: 3 windows for 5 points, a point at each of their 6 decisions
+    assert all(r["points"] == 6 and set(r["expected_accuracy_by_decision"]) == {"0", "1"} for r in records)
     assert all(0 <= r["expected_direction_accuracy"] <= 1 for r in records)
     assert all(r["discrimination"] is None or -1 <= r["discrimination"] <= 1 for r in records)
     assert all(0 <= r["call_follows_word"] <= 1 for r in records)

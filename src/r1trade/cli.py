@@ -464,6 +464,8 @@ def probe_run_command(
             f"{record['call_follows_word']:.0%} ({record['points']} decisions)"
             + (f"; looked first {record['info_call_rate']:.0%}, at get_changes {record['signal_call_rate']:.0%}"
                if record.get("info_call_rate") is not None else "")
+            + ("; by decision " + " ".join(f"{int(k) + 1}: {v:.0%}" for k, v in by_decision.items())
+               if len(by_decision := record.get("expected_accuracy_by_decision", {})) > 1 else "")
         )
 
     records = probe_run(run_dir, every=every, count=points, split=split, on_step=show)

@@ -18,12 +18,15 @@ through the call's side while its stated word stays a coin flip: reading only th
 Every checkpoint of a run is scored on the same prefixes, so the curve moves with the policy alone; `probe_run`
 draws it for a run's start and its checkpoints.
 
-Under `env.observation: price_only` the changes are not in the observation: the policy has to fetch them. There
-the probe follows the tool turns: at each point the policy plays its one-decision episode greedily, calling the
-tools it chooses, and the probabilities are read in its own trade turn, after the tool results and its text up to
-`Action:`. The prefixes then move with the policy, and the result adds how often it looked first
-(`info_call_rate`), how often at `get_changes` (`signal_call_rate`), and the expected accuracy with and without
-that call.
+Where a decision's context depends on the policy, the probe follows the policy (`follows_policy`): under
+`env.observation: price_only` the changes are not in the observation, so the policy has to fetch them, and in
+episodes of several decisions (`env.episode_decisions` > 1) a later decision sees the earlier ones' turns and the
+position they left. There each window is played greedily, the policy calling the tools it chooses, and the
+probabilities are read in each of its own trade turns, after the tool results and its text up to `Action:`. The
+prefixes then move with the policy, and the result adds how often it looked first (`info_call_rate`), how often
+at `get_changes` (`signal_call_rate`), the expected accuracy with and without that call, and the expected accuracy
+at each decision index of a window (`expected_accuracy_by_decision`: a policy that learned only the first
+decision shows it there).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class ProbePoint:
     input_ids: list[int]  # the context up to and including `Action:`
     call_ids: dict[str, list[int]]  # per stated side (long, short): the context on to the order's `"side": "`
     info_tools: list[str] | None = None  # price_only: the information tools the policy called first, in order
+    decision: int = 0  # the decision's index in its window (0: the first)
 
 
 @dataclass
@@ -80,6 +84,7 @@ class ProbeResult:
     signal_call_rate: float | None
     expected_accuracy_with_signal: float | None
     expected_accuracy_without_signal: float | None
+    expected_accuracy_by_decision: dict[int, float]  # per decision index of a window (0: the first)
     probabilities: list[dict[str, float]]  # per point: P of each action, as the call carries it out
     word_probabilities: list[dict[str, float]]  # per point: P of each action word after `Action:`
 
@@ -87,19 +92,28 @@ class ProbeResult:
         return {k: v for k, v in asdict(self).items() if k not in ("probabilities", "word_probabilities")}
 
 
+def follows_policy(config: Config) -> bool:
+    """Whether a decision's context depends on the policy's own earlier turns (see the module docstring)."""
+    return config.env.observation == "price_only" or config.env.episode_decisions > 1
+
+
 def probe_points(config: Config, tokenizer, *, split: str = "test", count: int = 200,
                  policy=None) -> list[ProbePoint]:
-    """`count` one-decision contexts at evenly spaced decision bars of `split` (fewer if the split is shorter).
+    """`count` decision contexts at evenly spaced decision bars of `split` (fewer if the split is shorter).
 
-    Under `env.observation: price_only` the context is the one `policy` reaches by its greedy tool turns (see the
-    module docstring), so `policy` is required there.
+    Where the probe follows the policy (`follows_policy`), they are the contexts `policy` reaches in its greedy
+    play of enough windows of `env.episode_decisions` decisions for `count` (rounded up to whole windows), so
+    `policy` is required there.
     """
     (env,) = make_envs(config, 1, split)
-    bars = _decision_bars(env, config, split, count)
-    if config.env.observation == "price_only":
+    if follows_policy(config):
         if policy is None:
-            raise UsageError("a price_only probe follows the policy's own tool turns: pass the policy")
-        return _after_tool_turns(config, policy, tokenizer, bars, split)
+            raise UsageError("this probe follows the policy's own turns (price_only or several decisions): pass "
+                             "the policy")
+        decisions = config.env.episode_decisions
+        bars = _decision_bars(env, config, split, -(-count // decisions), decisions)  # windows enough for `count`
+        return _policy_points(config, policy, tokenizer, bars, split, decisions)
+    bars = _decision_bars(env, config, split, count)
     chat = ChatTokens(tokenizer)
     rng = np.random.default_rng(0)
     points = []
@@ -112,10 +126,11 @@ def probe_points(config: Config, tokenizer, *, split: str = "test", count: int =
     return points
 
 
-def _decision_bars(env, config: Config, split: str, count: int) -> np.ndarray:
-    """Up to `count` evenly spaced decision bars of the env's split (on the planted intervals' grid, if any)."""
+def _decision_bars(env, config: Config, split: str, count: int, decisions: int = 1) -> np.ndarray:
+    """Up to `count` evenly spaced decision bars of the env's split (on the planted intervals' grid, if any), each
+    with room for `decisions` decisions."""
     every, warmup = config.env.decision_every, config.env.warmup_bars
-    latest = len(env.replay) - 1 - every
+    latest = len(env.replay) - 1 - every * decisions
     grid = env.replay.decision_grid
     first = grid.next_on_grid(warmup) if grid is not None else warmup
     step = grid.every if grid is not None else 1
@@ -126,29 +141,35 @@ def _decision_bars(env, config: Config, split: str, count: int) -> np.ndarray:
 
 
 def _point(tokenizer, bar: int, move_sign: int, context: list[int], opening: str,
-           info_tools: list[str] | None = None) -> ProbePoint:
+           info_tools: list[str] | None = None, decision: int = 0) -> ProbePoint:
     """The point whose prefix is `context` then `opening` (text ending in `Action:`), and its two call prefixes."""
     ids = context + tokenizer(opening, add_special_tokens=False)["input_ids"]
     calls = {side: context + tokenizer(f"{opening} {side}.\n{CALL_PREFIX}", add_special_tokens=False)["input_ids"]
              for side in SIDES}
-    return ProbePoint(bar, move_sign, ids, calls, info_tools)
+    return ProbePoint(bar, move_sign, ids, calls, info_tools, decision)
 
 
-def _after_tool_turns(config: Config, policy, tokenizer, bars: np.ndarray, split: str) -> list[ProbePoint]:
-    """Points whose context is the policy's own greedy episode up to its trade turn's `Action:` (or, where that
-    turn has no `Action:`, the context before the turn with `Action:` appended)."""
+def _policy_points(config: Config, policy, tokenizer, bars: np.ndarray, split: str,
+                   decisions: int) -> list[ProbePoint]:
+    """A point at each decision of the policy's greedy windows of `decisions` decisions from `bars`: its context is
+    the window's conversation up to that decision's trade turn's `Action:` (or, where that turn has no `Action:`,
+    the context before the turn with `Action:` appended)."""
     envs = make_envs(config, len(bars), split)
     engine = RolloutEngine(policy, tokenizer, sampling_from_config(config.rollout, greedy=True))
-    played = engine.run([FixedStart(env, int(bar), 1) for env, bar in zip(envs, bars, strict=True)],
+    played = engine.run([FixedStart(env, int(bar), decisions) for env, bar in zip(envs, bars, strict=True)],
                         [config.seed + k for k in range(len(bars))])
+    every = config.env.decision_every
     points = []
     for bar, trajectory in zip(bars, played, strict=True):
-        trade = trajectory.turns[-1]  # the turn that ended the decision (a trade, a hold, or a forced hold)
-        context = trajectory.segments[trade.segment].token_ids[: trade.start]
-        cut = trade.text.find(ACTION_PROMPT)
-        opening = trade.text[: cut + len(ACTION_PROMPT)] if cut >= 0 else ACTION_PROMPT
-        points.append(_point(tokenizer, int(bar), int(trade.info["move_sign"]), context, opening,
-                             list(trade.info["info_tools"])))
+        for turn in trajectory.turns:
+            if not turn.info["decision_done"]:  # an information call, or a malformed turn
+                continue
+            context = trajectory.segments[turn.segment].token_ids[: turn.start]
+            cut = turn.text.find(ACTION_PROMPT)
+            opening = turn.text[: cut + len(ACTION_PROMPT)] if cut >= 0 else ACTION_PROMPT
+            index = int(turn.info["decision_index"])
+            points.append(_point(tokenizer, int(bar) + index * every, int(turn.info["move_sign"]), context, opening,
+                                 list(turn.info["info_tools"]), index))
     return points
 
 
@@ -182,6 +203,7 @@ def probe(policy, tokenizer, points: list[ProbePoint], *, temperature: float = 1
         discrimination=discrimination(calls, [point.move_sign for point in points]),
         call_follows_word=float(np.mean(follows)),
         **_information(points, calls),
+        expected_accuracy_by_decision=_by_decision(points, calls),
         probabilities=calls,
         word_probabilities=words,
     )
@@ -202,6 +224,14 @@ def _information(points: list[ProbePoint], calls: list[dict[str, float]]) -> dic
         float(np.mean(with_signal)) if with_signal else None,
         float(np.mean(without)) if without else None,
     ), strict=True))
+
+
+def _by_decision(points: list[ProbePoint], calls: list[dict[str, float]]) -> dict[int, float]:
+    """The expected direction accuracy of the points at each decision index."""
+    expected: dict[int, list[float]] = {}
+    for point, p in zip(points, calls, strict=True):
+        expected.setdefault(point.decision, []).append(expected_direction(p, point.move_sign))
+    return {index: float(np.mean(values)) for index, values in sorted(expected.items())}
 
 
 def carried_out(words: dict[str, float], sides: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -301,7 +331,7 @@ def probe_run(run_dir: Path, *, every: int = 1, count: int = 200, split: str = "
     if not todo:
         return records
     models = load_agent_models(config.model, seed=config.seed)
-    follows_tools = config.env.observation == "price_only"  # the points move with the policy's tool turns
+    follows_tools = follows_policy(config)  # the points move with the policy's own turns
     points = None if follows_tools else probe_points(config, models.tokenizer, split=split, count=count)
     temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
     by_step = dict(checkpoints)
