@@ -137,6 +137,17 @@ class ScriptedBackend:
         return out
 
 
+def play_scripted(monkeypatch, tokenizer, script) -> None:
+    """Make the probe's rollout engine generate from `script` (key -> the conversation's turns)."""
+
+    class Scripted(probe_module.RolloutEngine):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.backend = ScriptedBackend(tokenizer, script)
+
+    monkeypatch.setattr(probe_module, "RolloutEngine", Scripted)
+
+
 SIGNAL_SCRIPT = [call("get_changes"),
                  call("place_order", "Up. Action: long.\n", side="long", size=1.0, view="bullish")]
 BLIND_SCRIPT = [call("place_order", "Action: short.\n", side="short", size=1.0, view="bearish")]
@@ -149,12 +160,7 @@ def test_a_price_only_probe_reads_the_policy_after_its_own_tool_turns(monkeypatc
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=1)
 
-    class Scripted(probe_module.RolloutEngine):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.backend = ScriptedBackend(tokenizer, lambda key: SIGNAL_SCRIPT if key % 2 == 0 else BLIND_SCRIPT)
-
-    monkeypatch.setattr(probe_module, "RolloutEngine", Scripted)
+    play_scripted(monkeypatch, tokenizer, lambda key: SIGNAL_SCRIPT if key % 2 == 0 else BLIND_SCRIPT)
     points = probe_points(config, tokenizer, split="test", count=6, policy=model)
     (env,) = make_envs(config, 1, "test")
     replay, every = env.replay, config.env.decision_every
@@ -187,12 +193,7 @@ def test_a_multi_decision_probe_reads_every_decision_of_the_policys_windows(monk
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=1)
 
-    class Scripted(probe_module.RolloutEngine):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.backend = ScriptedBackend(tokenizer, lambda key: SIGNAL_SCRIPT + BLIND_SCRIPT)
-
-    monkeypatch.setattr(probe_module, "RolloutEngine", Scripted)
+    play_scripted(monkeypatch, tokenizer, lambda key: SIGNAL_SCRIPT + BLIND_SCRIPT)
     points = probe_points(config, tokenizer, split="test", count=6, policy=model)
     (env,) = make_envs(config, 1, "test")
     replay, every = env.replay, config.env.decision_every
