@@ -11,6 +11,8 @@ table for docs/benchmarks.md, headed by the GPU and the library versions:
 - rollout tokens/s: the tokens the policy sampled over the seconds spent sampling them. r1trade: its whole rollouts
   (environment steps included), from `metrics.jsonl`; TRL: the time inside `generate`, timed here.
 - s / update: the median wall time of one update (rollout, scoring, optimisation), from `metrics.jsonl`.
+- of which sampling: the seconds of an update spent sampling: r1trade's median rollout, TRL's `generate` time
+  over its updates. The rest is scoring and the optimiser's steps, which is where the time goes.
 - peak GPU memory: `torch.cuda.max_memory_allocated` during the run, above what was allocated before it.
 
 A random model's turns hold no valid tool call, so every episode samples all the tokens it may: r1trade plays its 3
@@ -73,6 +75,7 @@ class Measurement:
     engine: str
     rollout_tokens_per_s: float | None = None
     seconds_per_update: float | None = None
+    sampling_seconds_per_update: float | None = None
     peak_memory_gib: float | None = None
     failure: str | None = None
 
@@ -88,17 +91,20 @@ class GenerationTally:
 # --------------------------------------------------------------------------- what a run's records say
 
 
-def native_figures(records: Sequence[dict]) -> tuple[float, float]:
-    """r1trade's rollout tokens/s over all updates and median seconds per update, from its `metrics.jsonl`."""
+def native_figures(records: Sequence[dict]) -> tuple[float, float, float]:
+    """r1trade's rollout tokens/s over all updates, median seconds per update and median rollout seconds, from its
+    `metrics.jsonl`."""
     tokens = sum(r["rollout_tokens_per_s"] * r["rollout_seconds"] for r in records)
     rollout_seconds = sum(r["rollout_seconds"] for r in records)
     whole = [r["rollout_seconds"] + r["score_seconds"] + r["update_seconds"] for r in records]
-    return tokens / rollout_seconds, statistics.median(whole)
+    return tokens / rollout_seconds, statistics.median(whole), statistics.median(r["rollout_seconds"] for r in records)
 
 
-def trl_figures(records: Sequence[dict], tally: GenerationTally) -> tuple[float, float]:
-    """TRL's rollout tokens/s (timed `generate` calls) and median seconds per update, from its `metrics.jsonl`."""
-    return tally.tokens / tally.seconds, statistics.median(r["update_seconds"] for r in records)
+def trl_figures(records: Sequence[dict], tally: GenerationTally) -> tuple[float, float, float]:
+    """TRL's rollout tokens/s (timed `generate` calls), median seconds per update (its `metrics.jsonl`) and mean
+    `generate` seconds per update."""
+    return (tally.tokens / tally.seconds, statistics.median(r["update_seconds"] for r in records),
+            tally.seconds / len(records))
 
 
 def read_records(run_dir: Path, updates: int) -> list[dict]:
@@ -116,13 +122,14 @@ def read_records(run_dir: Path, updates: int) -> list[dict]:
 def markdown_table(measurements: Sequence[Measurement], *, header: str, settings: str) -> str:
     """The measurements as a markdown table under a line naming the machine and one saying what ran."""
     lines = [f"**{header}**", "", settings, "",
-             "| model | engine | rollout tokens/s | s / update | peak GPU memory |", "|---|---|---:|---:|---:|"]
+             "| model | engine | rollout tokens/s | s / update | of which sampling | peak GPU memory |",
+             "|---|---|---:|---:|---:|---:|"]
     for m in measurements:
         if m.failure is not None:
-            lines.append(f"| `{m.model}` | {m.engine} | failed: {m.failure.replace('|', '/')} | | |")
+            lines.append(f"| `{m.model}` | {m.engine} | failed: {m.failure.replace('|', '/')} | | | |")
         else:
             lines.append(f"| `{m.model}` | {m.engine} | {m.rollout_tokens_per_s:,.0f} | {m.seconds_per_update:.2f} "
-                         f"| {m.peak_memory_gib:.2f} GiB |")
+                         f"| {m.sampling_seconds_per_update:.2f} | {m.peak_memory_gib:.2f} GiB |")
     return "\n".join(lines)
 
 
@@ -249,8 +256,8 @@ def measure(model: str, engine: str, updates: int, output_dir: Path) -> Measurem
         train_run(config, run_dir, force=True, console=Console(quiet=True))  # (a model named twice runs twice)
     peak = (torch.cuda.max_memory_allocated() - before) / GIB
     records = read_records(run_dir, updates)
-    rate, per_update = native_figures(records) if engine == "r1trade" else trl_figures(records, tally)
-    return Measurement(model, engine, rate, per_update, peak)
+    rate, per_update, sampling = native_figures(records) if engine == "r1trade" else trl_figures(records, tally)
+    return Measurement(model, engine, rate, per_update, sampling, peak)
 
 
 def measure_all(models: Sequence[str], engines: Sequence[str], updates: int) -> list[Measurement]:

@@ -52,15 +52,16 @@ def test_r1trade_figures_are_its_sampled_tokens_over_its_rollout_seconds_and_the
         {"rollout_tokens_per_s": 50.0, "rollout_seconds": 4.0, "score_seconds": 0.5, "update_seconds": 0.5},
         {"rollout_tokens_per_s": 200.0, "rollout_seconds": 1.0, "score_seconds": 0.5, "update_seconds": 0.5},
     ]
-    rate, per_update = gpu_check.native_figures(records)
+    rate, per_update, sampling = gpu_check.native_figures(records)
     assert rate == pytest.approx((200 + 200 + 200) / 7)
     assert per_update == pytest.approx(5.0)  # whole updates of 6, 5 and 2 s
+    assert sampling == pytest.approx(2.0)  # rollouts of 2, 4 and 1 s
 
 
 def test_trl_figures_are_the_timed_generation_and_the_median_update() -> None:
     tally = gpu_check.GenerationTally(tokens=3000, seconds=1.5)
-    rate, per_update = gpu_check.trl_figures([{"update_seconds": s} for s in (9.0, 2.0, 3.0)], tally)
-    assert (rate, per_update) == (2000.0, 3.0)
+    rate, per_update, sampling = gpu_check.trl_figures([{"update_seconds": s} for s in (9.0, 2.0, 3.0)], tally)
+    assert (rate, per_update, sampling) == (2000.0, 3.0, 0.5)
 
 
 def test_a_run_that_logged_too_few_updates_has_failed(tmp_path: Path) -> None:
@@ -72,7 +73,7 @@ def test_a_run_that_logged_too_few_updates_has_failed(tmp_path: Path) -> None:
 
 def test_the_table_is_markdown_with_a_failed_run_in_its_row() -> None:
     measurements = [
-        gpu_check.Measurement("random:qwen2.5-0.5b", "r1trade", 1234.56, 2.345, 3.21),
+        gpu_check.Measurement("random:qwen2.5-0.5b", "r1trade", 1234.56, 2.345, 1.004, 3.21),
         gpu_check.Measurement("random:qwen2.5-0.5b", "trl", failure="CUDA out of memory"),
     ]
     table = gpu_check.markdown_table(measurements, header="NVIDIA H100: torch 2.11", settings="3 updates.")
@@ -81,10 +82,10 @@ def test_the_table_is_markdown_with_a_failed_run_in_its_row() -> None:
         "",
         "3 updates.",
         "",
-        "| model | engine | rollout tokens/s | s / update | peak GPU memory |",
-        "|---|---|---:|---:|---:|",
-        "| `random:qwen2.5-0.5b` | r1trade | 1,235 | 2.35 | 3.21 GiB |",
-        "| `random:qwen2.5-0.5b` | trl | failed: CUDA out of memory | | |",
+        "| model | engine | rollout tokens/s | s / update | of which sampling | peak GPU memory |",
+        "|---|---|---:|---:|---:|---:|",
+        "| `random:qwen2.5-0.5b` | r1trade | 1,235 | 2.35 | 1.00 | 3.21 GiB |",
+        "| `random:qwen2.5-0.5b` | trl | failed: CUDA out of memory | | | |",
     ]
     assert "3 update(s) per run" in gpu_check.settings_line(3) and "rollout.num_envs=16" in gpu_check.settings_line(3)
 
