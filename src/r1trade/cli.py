@@ -326,13 +326,19 @@ def warmstart(
     """Supervised warm start on demonstrations in the tool-call format (TRL SFTTrainer); writes a model.
 
     `--set warmstart.policy=random` demonstrates uniformly random trades (format only, entropy over actions kept);
-    the default `rule` demonstrates a trend rule."""
+    the default `rule` demonstrates a trend rule. With `--set train.engine=trl` the demonstrations are rendered as
+    TRL's GRPOTrainer renders an episode, the env's tool schemas in the system turn, and the model keeps them."""
     from r1trade.agent.warmstart import warmstart as run_warmstart
 
     resolved = _config(config, set_)
     run_dir = Path(resolved.output_dir) / f"{resolved.name}-warmstart"
     resolved.save(run_dir)
-    model_dir = run_warmstart(resolved, run_dir, console=console)
+    tools = None
+    if resolved.train.engine == "trl":
+        from r1trade.integrations.trl import tool_schemas
+
+        tools = tool_schemas(resolved)
+    model_dir = run_warmstart(resolved, run_dir, tools=tools, console=console)
     console.print(f"warm-started model: [bold]{model_dir}[/bold]")
     console.print(f"train from it with: r1trade train --config ... --set model.name_or_path={model_dir}")
 

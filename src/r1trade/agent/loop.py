@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from r1trade.agent.baked_tools import baked_tools
 from r1trade.agent.engine import (
     Generation,
     GenerationBackend,
@@ -109,13 +110,16 @@ class ChatTokens:
     """Token ids for chat pieces, rendered with the tokenizer's own chat template.
 
     Only text the environment wrote is tokenized (each piece once); the model's own turns are kept as ids.
-    Roles the template does not know (`tool`) are sent as `user` turns.
+    Tool results (`tool`) are sent as `user` turns, except with a template that has tools baked in
+    (`r1trade.agent.baked_tools`: a model warm-started for TRL): there the env's answer to a turn is one `tool`
+    message, as TRL's GRPOTrainer shows it, so such a model is played in the conversation it trained on.
     """
 
     _PROBE = "\u2063r1trade-probe\u2063"
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
+        self.tool_messages = baked_tools(tokenizer.chat_template) is not None
         self._stub = [{"role": "system", "content": "x"}]
         head = self._render(self._stub, generation_prompt=False)
         with_turn = self._render([*self._stub, {"role": "assistant", "content": self._PROBE}], False)
@@ -129,9 +133,10 @@ class ChatTokens:
             [self._role(m) for m in messages], tokenize=False, add_generation_prompt=generation_prompt
         )
 
-    @staticmethod
-    def _role(message: dict) -> dict:
-        return message if message["role"] in ("system", "user", "assistant") else {**message, "role": "user"}
+    def _role(self, message: dict) -> dict:
+        if message["role"] in ("system", "user", "assistant") or (self.tool_messages and message["role"] == "tool"):
+            return message
+        return {**message, "role": "user"}
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -142,6 +147,8 @@ class ChatTokens:
 
     def continuation(self, messages: list[dict]) -> list[int]:
         """Messages appended after a closed assistant turn, ending with the generation prompt."""
+        if self.tool_messages:
+            messages = [{"role": "tool", "content": "\n\n".join(message["content"] for message in messages)}]
         full = self._render([*self._stub, *messages], generation_prompt=True)
         return self._ids(full[self._head_len :])
 

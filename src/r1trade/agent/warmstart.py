@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers import PrinterCallback, TrainerCallback
 
+from r1trade.agent.baked_tools import bake_tools, without_baked_tools
 from r1trade.agent.loop import ChatTokens
 from r1trade.config import Config
 from r1trade.env.information import SIGNAL_TOOL
@@ -320,10 +321,14 @@ def _figures(logs: dict) -> str:
     return " · ".join(parts)
 
 
-def warmstart(config: Config, run_dir: Path, *, console: Console | None = None) -> Path:
+def warmstart(
+    config: Config, run_dir: Path, *, tools: list[dict] | None = None, console: Console | None = None
+) -> Path:
     """Fine-tune the configured model on demonstrations; returns the merged model's directory.
 
-    Progress shows as a Rich bar on `console` (default: a new one on stdout)."""
+    `tools` (JSON schemas) are baked into the saved chat template (`r1trade.agent.baked_tools`), and the
+    demonstrations rendered with them, for a model that TRL's GRPOTrainer will train: it renders the env's tools in
+    the system turn. Progress shows as a Rich bar on `console` (default: a new one on stdout)."""
     from datasets import Dataset
     from peft import LoraConfig as PeftLoraConfig
     from trl import SFTConfig, SFTTrainer
@@ -337,6 +342,8 @@ def warmstart(config: Config, run_dir: Path, *, console: Console | None = None) 
     if model_config.dtype == "auto":
         model_config = model_config.model_copy(update={"dtype": "float32"})
     model, tokenizer = load_base_model(model_config)
+    if tools is not None:
+        tokenizer.chat_template = bake_tools(without_baked_tools(tokenizer.chat_template), tools)
     chat = ChatTokens(tokenizer)
     played = config
     if settings.episode_decisions is not None:

@@ -6,7 +6,8 @@ from r1trade.integrations.trl.environment import (
     PriceOnlyTradingToolEnv,
     TradingToolEnv,
     environment_factory,
+    tool_schemas,
     window_rows,
 )
 
-__all__ = ["Episode", "PriceOnlyTradingToolEnv", "TradingToolEnv", "environment_factory", "window_rows"]
+__all__ = ["Episode", "PriceOnlyTradingToolEnv", "TradingToolEnv", "environment_factory", "tool_schemas", "window_rows"]

@@ -17,6 +17,7 @@ built-in model with such a template.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,11 +28,12 @@ from transformers import PreTrainedTokenizerBase, PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import add_response_schema, parse_response
 
+from r1trade.agent.baked_tools import baked_tools, without_baked_tools
 from r1trade.agent.loading import load_named_model
 from r1trade.config import Config, ModelConfig
 from r1trade.errors import ConfigError, TrainingInterrupted, UsageError
 from r1trade.integrations.trl.checkpoints import RestoreTraining, load_trl_policy, read_training_states
-from r1trade.integrations.trl.environment import environment_factory, window_rows
+from r1trade.integrations.trl.environment import environment_factory, tool_schemas, window_rows
 from r1trade.integrations.trl.run_log import RunLog
 from r1trade.integrations.trl.settings import grpo_arguments, steps_per_update
 from r1trade.rl.checkpoint import TrainingState, checkpoint_dir, latest_checkpoint
@@ -56,20 +58,21 @@ class TRLTrainer:
         # transformers' own linears and attention: TRL generates with `generate` and scores with gradients, where
         # r1trade's CPU fast paths bring nothing
         model, tokenizer = load_named_model(config.model)
-        require_r1trade_calls(tokenizer, config.model.name_or_path)
+        trl_tokenizer = without_tools_of(tokenizer, config)
+        require_r1trade_calls(trl_tokenizer, config.model.name_or_path)
         if not config.model.lora.enabled and args.beta > 0 and not Path(model.config._name_or_path).is_dir():
             raise ConfigError(
                 f"train.engine trl: full fine-tuning with train.kl_coef > 0 needs a model directory TRL can load its "
                 f"reference from; '{config.model.name_or_path}' has none: enable model.lora or set train.kl_coef 0"
             )
         self.state = TrainingState()
-        self.log = RunLog(config, run_dir, on_update=on_update)
+        self.log = RunLog(config, run_dir, tokenizer, on_update=on_update)
         self.windows_per_update = config.rollout.num_envs // config.train.group_size * args.world_size
         self.trainer = GRPOTrainer(
             model=model,
             args=args,
             train_dataset=self._windows_after(0),
-            processing_class=tokenizer,
+            processing_class=trl_tokenizer,
             peft_config=_peft_config(config.model),
             environment_factory=environment_factory(config, on_episode=self.log.add_episode),
             callbacks=[self.log],
@@ -130,6 +133,23 @@ def _refuse_sharded_weights(args: GRPOConfig) -> None:
             "train.engine trl saves r1trade checkpoints from the main process, which needs the whole weights: launch "
             "with DDP or DeepSpeed ZeRO stage 1 or 2, not ZeRO-3 or FSDP"
         )
+
+
+def without_tools_of(tokenizer: PreTrainedTokenizerBase, config: Config) -> PreTrainedTokenizerBase:
+    """What GRPOTrainer gets: `tokenizer`, or for a model warm-started for TRL a copy without the baked tools (TRL
+    passes the env's tools itself and recognises a template by its text), after checking that the baked tools are the
+    env's."""
+    baked = baked_tools(tokenizer.chat_template)
+    if baked is None:
+        return tokenizer
+    if baked != tool_schemas(config):
+        raise ConfigError(
+            f"train.engine trl: model '{config.model.name_or_path}' was warm-started for other tools than this "
+            "config's env offers; warm-start it again with this config and train.engine trl"
+        )
+    trl_tokenizer = copy.deepcopy(tokenizer)
+    trl_tokenizer.chat_template = without_baked_tools(tokenizer.chat_template)
+    return trl_tokenizer
 
 
 def require_r1trade_calls(tokenizer: PreTrainedTokenizerBase, name: str) -> None:

@@ -227,6 +227,15 @@ def environment_factory(
     return functools.partial(cls, config, split=split, on_episode=on_episode)
 
 
+def tool_schemas(config: Config) -> list[dict[str, Any]]:
+    """The JSON schemas of the tools TRL offers the model in `config`'s env, in TRL's order: what its chat template
+    renders in the system turn (`r1trade.agent.baked_tools`)."""
+    from transformers.utils import get_json_schema
+
+    env = environment_factory(config)()
+    return [get_json_schema(getattr(env, name)) for name in tool_names(type(env))]
+
+
 def window_seed(seed: int, index: int) -> int:
     """The seed of the `index`-th training window of a run seeded `seed`."""
     return (seed * 1_000_003 + index) % (2**31 - 1)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerate.utils import gather_object
-from transformers import TrainerCallback
+from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from r1trade.agent.loop import Trajectory, Turn
 from r1trade.config import Config
@@ -59,10 +59,13 @@ class RunLog(TrainerCallback):
     end of each update writes its metrics record, calls `on_update` with it, and writes the checkpoints."""
 
     def __init__(
-        self, config: Config, run_dir: Path, *, on_update: Callable[[dict], None] | None = None
+        self, config: Config, run_dir: Path, tokenizer: PreTrainedTokenizerBase, *,
+        on_update: Callable[[dict], None] | None = None,
     ) -> None:
+        """`tokenizer` is what checkpoints save: the model's own, with its baked tools, not TRL's copy."""
         self.config = config
         self.run_dir = run_dir
+        self.tokenizer = tokenizer
         self.on_update = on_update
         self.per_update = steps_per_update(config)
         self.earlier_updates = 0
@@ -74,8 +77,8 @@ class RunLog(TrainerCallback):
     def add_episode(self, episode: Episode) -> None:
         self.episodes.append(episode)
 
-    def on_log(self, args, state, control, logs=None, model=None, processing_class=None, optimizer=None,
-               lr_scheduler=None, **kwargs) -> None:
+    def on_log(self, args, state, control, logs=None, model=None, optimizer=None, lr_scheduler=None,
+               **kwargs) -> None:
         """Every process logs each optimiser step (logging_steps 1); the run's closing summary has no loss."""
         if not logs or "loss" not in logs:
             return
@@ -94,7 +97,7 @@ class RunLog(TrainerCallback):
         train = self.config.train
         if update % train.checkpoint_every == 0 or update == train.updates:
             save_trl_checkpoint(
-                self.config, self.run_dir, update, model=model, tokenizer=processing_class, optimizer=optimizer,
+                self.config, self.run_dir, update, model=model, tokenizer=self.tokenizer, optimizer=optimizer,
                 scheduler=lr_scheduler, sharded_optimizer=args.deepspeed_plugin is not None,
             )
         if self.on_update is not None:
