@@ -54,6 +54,9 @@ def test_baking_refuses_a_second_bake_and_a_null() -> None:
         bake_tools(baked, [])
     with pytest.raises(ValueError, match="null"):
         bake_tools("{{ messages }}", [{"default": None}])
+    for damaged in (baked.replace('"name": "a"', '"name": '), baked.replace("end of r1trade baked tools", "x")):
+        with pytest.raises(ConfigError, match="damaged block of baked tools"):
+            baked_tools(damaged)
 
 
 def test_with_baked_tools_the_envs_answer_is_one_tool_message_as_trl_shows_it(qwen_tokenizer) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from r1trade.errors import ConfigError
+
 _START = "{#- r1trade baked tools #}"
 _END = "{#- end of r1trade baked tools #}"
 
@@ -35,8 +37,14 @@ def baked_tools(template: str | None) -> list[dict[str, Any]] | None:
     """The tool schemas baked into `template`, or None."""
     if not template or not template.startswith(_START):
         return None
-    statement = template[len(_START) : template.index(_END)]
-    return json.loads(statement.removeprefix("{%- set tools = tools or ").removesuffix(" %}"))
+    statement, _, _ = template[len(_START) :].partition(_END)
+    try:
+        tools = json.loads(statement.removeprefix("{%- set tools = tools or ").removesuffix(" %}"))
+    except json.JSONDecodeError:
+        tools = None
+    if not isinstance(tools, list) or _END not in template:
+        raise ConfigError("the model's chat template has a damaged block of baked tools; warm-start it again")
+    return tools
 
 
 def _jinja_literal(value: Any) -> str:
