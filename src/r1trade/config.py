@@ -421,6 +421,11 @@ class TrainConfig(Section):
     value_coef: float = Field(0.5, ge=0)
     entropy_coef: float = Field(0.001, ge=0)
     kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
+    look_kl_coef: float | None = Field(
+        None, ge=0, description="the KL coefficient on the tokens of turns that place no trade (information calls, "
+        "malformed turns) instead of kl_coef: a larger one holds what the agent looks at near the reference policy "
+        "while its trade learns to read the answer. None: kl_coef on every token"
+    )
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
     loss_mask: bool = Field(True, description="losses over sampled tokens only (False: every valid token)")
     advantage_mask: bool = Field(True, description="GAE over sampled tokens only (False: over every token)")

@@ -201,7 +201,7 @@ def reinforce_pp_returns(
     action_mask: torch.Tensor,
     gamma: float,
     kl: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
+    kl_coef: float | torch.Tensor = 0.0,
 ) -> torch.Tensor:
     """REINFORCE++ token returns: discounted future rewards over action tokens, KL penalty in. -> (N, T).
 
@@ -222,7 +222,7 @@ def reinforce_pp_advantages(
     action_mask: torch.Tensor,
     gamma: float,
     kl: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
+    kl_coef: float | torch.Tensor = 0.0,
     eps: float = 1e-8,
 ) -> torch.Tensor:
     """REINFORCE++ advantages: `reinforce_pp_returns` whitened over all action tokens given. -> (N, T).

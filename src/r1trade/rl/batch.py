@@ -44,6 +44,7 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None  # (R, T)
     returns: torch.Tensor | None = None  # (R, T) value targets, where `value_mask` is 1
     value_mask: torch.Tensor | None = None  # (R, T) tokens whose value the critic is trained on
+    looking: torch.Tensor | None = None  # (R, T) 1 = sampled in a turn that placed no trade (a look or a bad call)
 
     @property
     def rows(self) -> int:
@@ -84,6 +85,7 @@ def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
         group=torch.tensor([g for _, _, g, _ in segments]),
         turn=torch.full((rows, width), -1, dtype=torch.long),
         decision=torch.full((rows, width), -1, dtype=torch.long),
+        looking=torch.zeros(rows, width),
     )
     for row, (*_, seg) in enumerate(segments):
         length = len(seg)
@@ -98,6 +100,8 @@ def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
             row = row_of[n, turn.segment]
             batch.turn[row, turn.start : turn.end] = k
             batch.decision[row, turn.start : turn.end] = int(turn.info.get("decision_index", k))
+            if not turn.info.get("decision_done", True):
+                batch.looking[row, turn.start : turn.end] = 1.0
     return batch
 
 
@@ -152,6 +156,19 @@ def filter_top_groups(batch: RolloutBatch, keep_frac: float) -> RolloutBatch:
     return kept
 
 
+def kl_coefficients(batch: RolloutBatch, config: TrainConfig) -> float | torch.Tensor:
+    """The KL coefficient per token: `kl_coef`, except `look_kl_coef` on the tokens of turns that placed no trade.
+    -> float, or (R, T) when the two differ."""
+    if config.look_kl_coef is None or batch.looking is None:
+        return config.kl_coef
+    return config.kl_coef + (config.look_kl_coef - config.kl_coef) * batch.looking
+
+
+def uses_kl(config: TrainConfig) -> bool:
+    """Whether any token pays a KL penalty."""
+    return config.kl_coef > 0 or bool(config.look_kl_coef)
+
+
 def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch:
     """Fill `advantages` (and `returns` and `value_mask` for PPO) by `config.algorithm` and the mask switches."""
     view = TrajectoryView(batch)
@@ -164,8 +181,11 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
         kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
     # PPO and REINFORCE++ per turn take the KL penalty in the reward (the group algorithms, in the loss)
     kl_in_reward = config.algorithm == "ppo" or (config.algorithm == "reinforce_pp" and config.credit == "turn")
-    if kl_in_reward and kl is not None and config.kl_coef > 0:
-        rewards = rewards - config.kl_coef * kl * action
+    coefficients = kl_coefficients(batch, config)
+    if isinstance(coefficients, torch.Tensor):
+        coefficients = view.to_trajectories(coefficients)  # (N, L)
+    if kl_in_reward and kl is not None and uses_kl(config):
+        rewards = rewards - coefficients * kl * action
     if config.algorithm == "ppo":
         assert batch.old_values is not None, "PPO needs the critic's values"
         values = view.to_trajectories(batch.old_values)
@@ -205,7 +225,7 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
         discount = _turn_discounts(batch, view, turns, config)
         per_turn = reinforce_pp_turn_advantages(turns.sum(rewards), turns.present, discount)  # (N, K)
         return replace(batch, advantages=view.to_rows(turns.broadcast(per_turn)))
-    advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=config.kl_coef)
+    advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=coefficients)
     return replace(batch, advantages=view.to_rows(advantages))
 
 

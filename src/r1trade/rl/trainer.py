@@ -34,7 +34,14 @@ from r1trade.config import GROUP_ALGORITHMS, Config
 from r1trade.errors import TrainingInterrupted
 from r1trade.outputs import append_line
 from r1trade.rl.advantages import explained_variance
-from r1trade.rl.batch import RolloutBatch, collate, compute_advantages, filter_top_groups
+from r1trade.rl.batch import (
+    RolloutBatch,
+    collate,
+    compute_advantages,
+    filter_top_groups,
+    kl_coefficients,
+    uses_kl,
+)
 from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
 from r1trade.rl.distributed import Distributed
 from r1trade.rl.episode_metrics import episode_metrics
@@ -274,9 +281,10 @@ class Trainer:
         pg, stats = policy_loss(out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high)
         entropy = entropy_bonus(out.entropy, mask)
         loss = pg - cfg.entropy_coef * entropy
-        kl = masked_mean(kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3"), mask)
-        if cfg.algorithm in GROUP_ALGORITHMS and cfg.kl_coef > 0:
-            loss = loss + cfg.kl_coef * kl
+        kl_tokens = kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3")
+        kl = masked_mean(kl_tokens, mask)
+        if cfg.algorithm in GROUP_ALGORITHMS and uses_kl(cfg):
+            loss = loss + masked_mean(kl_coefficients(micro, cfg) * kl_tokens, mask)
         stats = {**stats, "policy_loss": float(pg.detach()), "entropy": float(entropy.detach()), "kl_ref": float(kl.detach())}
         loss = loss * weights[0]
         if self.uses_critic:

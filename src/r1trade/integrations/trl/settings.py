@@ -14,7 +14,7 @@ are long. `train.trl_args` sets any other GRPOConfig argument (vLLM, bf16, ...),
 
 Refused, each in one line: algorithms other than grpo and dr_grpo (TRL 1.16 has no PPO trainer and its
 RLOOTrainer takes no `environment_factory`), credit settings (one advantage per completion), the critic, the mask
-ablations, StarPO-S group filtering and greedy sampling. `logprob_chunk`, `share_prefix`, `minibatches`,
+ablations, StarPO-S group filtering, a separate KL on looking turns and greedy sampling. `logprob_chunk`, `share_prefix`, `minibatches`,
 `old_logprobs` and the echo-trap thresholds tune r1trade's own loop and have no effect here.
 """
 
@@ -43,6 +43,7 @@ _UNSUPPORTED: tuple[tuple[str, str], ...] = (
     ("loss_mask", "GRPOTrainer always trains on the model's own tokens (tool results masked by tool_mask)"),
     ("advantage_mask", "GRPOTrainer always trains on the model's own tokens (tool results masked by tool_mask)"),
     ("top_group_frac", "GRPOTrainer keeps every group"),
+    ("look_kl_coef", "GRPOTrainer's KL has one coefficient for every token"),
 )
 """train.* keys whose non-default values TRL cannot reproduce, and why."""
 
