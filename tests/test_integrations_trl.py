@@ -155,6 +155,7 @@ def test_trls_tool_loop_drives_the_env_and_masks_its_answers(tmp_path: Path):
         ("train.loss_mask=false", "train.loss_mask"),
         ("train.top_group_frac=0.5", "train.top_group_frac"),
         ("train.look_kl_coef=0.3", "train.look_kl_coef"),
+        ("train.kl_placement=reward", "train.kl_placement"),
         ("rollout.temperature=0", "rollout.temperature"),
         ("rollout.num_envs=3", "group_size"),
         ("train.trl_args={learning_rate: 0.1}", "train.trl_args.learning_rate"),

@@ -12,7 +12,7 @@ from r1trade.agent.loop import Segment, Trajectory, Turn
 from r1trade.config import load_config
 from r1trade.errors import ConfigError
 from r1trade.rl.advantages import decision_group_advantages, group_relative, turn_discounts
-from r1trade.rl.batch import RolloutBatch, TurnView, collate, compute_advantages, kl_coefficients
+from r1trade.rl.batch import RolloutBatch, TurnView, collate, compute_advantages, kl_coefficients, kl_in_loss
 
 
 def test_group_relative_baselines_by_hand() -> None:
@@ -303,3 +303,29 @@ def test_a_separate_kl_coefficient_on_looking_turns_by_hand() -> None:
     same = compute_advantages(batch, config.model_copy(update={"look_kl_coef": None}))
     raw = torch.tensor([0.85, 0.9, 1.9, -0.2])
     assert same.advantages[0, 1].item() == pytest.approx(((raw - raw.mean()) / raw.std())[0].item(), abs=1e-6)
+
+
+def test_the_kl_placement_moves_the_penalty_out_of_the_advantages() -> None:
+    # auto: the group algorithms put the KL in the loss, PPO and REINFORCE++ in the reward.
+    for algorithm, in_loss in (("ppo", False), ("reinforce_pp", False), ("grpo", True), ("rloo", True)):
+        assert kl_in_loss(load_config(None, [f"train.algorithm={algorithm}", "train.group_size=2"]).train) is in_loss
+    # In the loss, the advantages of the hand-worked example above are those without any KL: 1.05, 1.0, 2.0, 0.0.
+    batch = _batch(INFO_ROWS)
+    batch.ref_logprobs = batch.old_logprobs - 0.1 * batch.action_mask
+    config = load_config(None, [
+        "train.algorithm=reinforce_pp", "train.gamma=0", "train.turn_gamma=1", "train.kl_coef=0.5",
+        "train.kl_placement=loss",
+    ]).train
+    assert kl_in_loss(config)
+    raw = torch.tensor([1.05, 1.0, 2.0, 0.0])
+    a0, a1, a2, b0 = ((raw - raw.mean()) / raw.std()).tolist()
+    out = compute_advantages(batch, config)
+    torch.testing.assert_close(out.advantages[0], torch.tensor([0, a0, a0, 0, a1, a1, 0, a2, a2]))
+    # GRPO with the KL in the reward: each episode's score loses 0.5 * 0.1 per sampled token (6 and 2 tokens).
+    grpo = load_config(None, ["train.algorithm=dr_grpo", "train.group_size=2", "train.kl_coef=0.5",
+                              "train.kl_placement=reward"]).train
+    batch.group = torch.tensor([0, 0])
+    scores = torch.tensor([3.05 - 0.3, 0.0 - 0.1])  # Dr. GRPO: score minus the group mean, 1.325 and -1.325
+    out = compute_advantages(batch, grpo)
+    assert out.advantages[0, 1].item() == pytest.approx((scores[0] - scores.mean()).item())
+    assert out.advantages[1, 1].item() == pytest.approx((scores[1] - scores.mean()).item())

@@ -262,3 +262,17 @@ def test_the_group_loss_takes_the_looking_turns_kl_coefficient_on_their_tokens(t
     assert losses["look"] == pytest.approx(losses["high"], rel=1e-6)
     assert losses["none"] == pytest.approx(losses["low"], rel=1e-6)
     assert losses["look"] != pytest.approx(losses["none"], rel=1e-6)
+
+
+def test_a_kl_placed_in_the_loss_adds_its_mean_to_the_ppo_loss(tmp_path):
+    # With train.kl_placement loss the advantages carry no KL, so the two losses differ by kl_coef times the mean
+    # k3 estimate over the sampled tokens (the `kl_ref` statistic).
+    results = {}
+    for coef in (0.0, 0.5):
+        trainer = make_trainer(tmp_path / str(coef), lora=True, share=False, algorithm="ppo",
+                               extra=(f"train.kl_coef={coef}", "train.kl_placement=loss"))
+        batch = compute_advantages(trainer.score(shared_batch()), trainer.config.train)
+        results[coef] = trainer.loss(batch)
+    (plain, plain_stats), (anchored, anchored_stats) = results[0.0], results[0.5]
+    assert anchored_stats["kl_ref"] > 0
+    assert anchored.item() - plain.item() == pytest.approx(0.5 * anchored_stats["kl_ref"], rel=1e-4)

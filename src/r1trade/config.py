@@ -421,6 +421,11 @@ class TrainConfig(Section):
     value_coef: float = Field(0.5, ge=0)
     entropy_coef: float = Field(0.001, ge=0)
     kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
+    kl_placement: Literal["auto", "reward", "loss"] = Field(
+        "auto", description="where the KL penalty acts: in each sampled token's reward (k1, as PPO for RLHF and "
+        "REINFORCE++ place it) or as a term of the loss (k3, whose gradient pulls each token toward the reference "
+        "directly, as GRPO places it). auto: the loss for the group algorithms, the reward otherwise"
+    )
     look_kl_coef: float | None = Field(
         None, ge=0, description="the KL coefficient on the tokens of turns that place no trade (information calls, "
         "malformed turns) instead of kl_coef: a larger one holds what the agent looks at near the reference policy "

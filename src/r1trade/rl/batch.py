@@ -169,6 +169,13 @@ def uses_kl(config: TrainConfig) -> bool:
     return config.kl_coef > 0 or bool(config.look_kl_coef)
 
 
+def kl_in_loss(config: TrainConfig) -> bool:
+    """Whether the KL penalty is a term of the loss rather than of each token's reward (`train.kl_placement`)."""
+    if config.kl_placement == "auto":
+        return config.algorithm in GROUP_ALGORITHMS
+    return config.kl_placement == "loss"
+
+
 def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch:
     """Fill `advantages` (and `returns` and `value_mask` for PPO) by `config.algorithm` and the mask switches."""
     view = TrajectoryView(batch)
@@ -179,12 +186,13 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
     kl = None
     if batch.ref_logprobs is not None:
         kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
-    # PPO and REINFORCE++ per turn take the KL penalty in the reward (the group algorithms, in the loss)
-    kl_in_reward = config.algorithm == "ppo" or (config.algorithm == "reinforce_pp" and config.credit == "turn")
     coefficients = kl_coefficients(batch, config)
     if isinstance(coefficients, torch.Tensor):
         coefficients = view.to_trajectories(coefficients)  # (N, L)
-    if kl_in_reward and kl is not None and uses_kl(config):
+    if kl_in_loss(config) or not uses_kl(config):
+        kl = None
+    token_level_reinforce = config.algorithm == "reinforce_pp" and config.credit == "token"
+    if kl is not None and not token_level_reinforce:  # (REINFORCE++ per token shapes its returns with it below)
         rewards = rewards - coefficients * kl * action
     if config.algorithm == "ppo":
         assert batch.old_values is not None, "PPO needs the critic's values"

@@ -30,7 +30,7 @@ from r1trade.agent.engine import sampling_from_config
 from r1trade.agent.loop import RolloutEngine, TextEnv, Trajectory
 from r1trade.agent.models import AgentModels, reference_context
 from r1trade.agent.scoring import token_logprobs, token_outputs
-from r1trade.config import GROUP_ALGORITHMS, Config
+from r1trade.config import Config
 from r1trade.errors import TrainingInterrupted
 from r1trade.outputs import append_line
 from r1trade.rl.advantages import explained_variance
@@ -40,6 +40,7 @@ from r1trade.rl.batch import (
     compute_advantages,
     filter_top_groups,
     kl_coefficients,
+    kl_in_loss,
     uses_kl,
 )
 from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -283,7 +284,7 @@ class Trainer:
         loss = pg - cfg.entropy_coef * entropy
         kl_tokens = kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3")
         kl = masked_mean(kl_tokens, mask)
-        if cfg.algorithm in GROUP_ALGORITHMS and uses_kl(cfg):
+        if kl_in_loss(cfg) and uses_kl(cfg):
             loss = loss + masked_mean(kl_coefficients(micro, cfg) * kl_tokens, mask)
         stats = {**stats, "policy_loss": float(pg.detach()), "entropy": float(entropy.detach()), "kl_ref": float(kl.detach())}
         loss = loss * weights[0]

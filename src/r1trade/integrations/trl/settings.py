@@ -14,7 +14,7 @@ are long. `train.trl_args` sets any other GRPOConfig argument (vLLM, bf16, ...),
 
 Refused, each in one line: algorithms other than grpo and dr_grpo (TRL 1.16 has no PPO trainer and its
 RLOOTrainer takes no `environment_factory`), credit settings (one advantage per completion), the critic, the mask
-ablations, StarPO-S group filtering, a separate KL on looking turns and greedy sampling. `logprob_chunk`, `share_prefix`, `minibatches`,
+ablations, StarPO-S group filtering, a separate KL on looking turns, the KL in the reward and greedy sampling. `logprob_chunk`, `share_prefix`, `minibatches`,
 `old_logprobs` and the echo-trap thresholds tune r1trade's own loop and have no effect here.
 """
 
@@ -61,6 +61,9 @@ def check_trl_settings(config: Config) -> None:
         if value != default:
             raise ConfigError(f"train.engine trl: train.{key} {value!r} has no TRL counterpart ({why}); "
                               f"leave it at {default!r}")
+    if train.kl_placement == "reward":
+        raise ConfigError("train.engine trl: GRPOTrainer's KL is a term of its loss; set train.kl_placement to auto "
+                          "or loss, not reward")
     model = config.model
     if (model.critic, model.critic_name_or_path) != (ModelConfig.model_fields["critic"].default, None):
         raise ConfigError("train.engine trl: GRPOTrainer has no critic; leave model.critic and critic_name_or_path")
