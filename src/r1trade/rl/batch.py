@@ -183,14 +183,12 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
     valid = view.to_trajectories(batch.attention_mask.float())  # (N, L)
     rewards = view.to_trajectories(batch.rewards)  # (N, L)
     broadcast = action if config.advantage_mask else valid  # tokens that receive an advantage
-    kl = None
-    if batch.ref_logprobs is not None:
+    kl = None  # the KL penalty in the reward, where it goes there
+    if batch.ref_logprobs is not None and uses_kl(config) and not kl_in_loss(config):
         kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
     coefficients = kl_coefficients(batch, config)
     if isinstance(coefficients, torch.Tensor):
         coefficients = view.to_trajectories(coefficients)  # (N, L)
-    if kl_in_loss(config) or not uses_kl(config):
-        kl = None
     token_level_reinforce = config.algorithm == "reinforce_pp" and config.credit == "token"
     if kl is not None and not token_level_reinforce:  # (REINFORCE++ per token shapes its returns with it below)
         rewards = rewards - coefficients * kl * action

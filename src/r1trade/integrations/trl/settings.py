@@ -14,8 +14,9 @@ are long. `train.trl_args` sets any other GRPOConfig argument (vLLM, bf16, ...),
 
 Refused, each in one line: algorithms other than grpo and dr_grpo (TRL 1.16 has no PPO trainer and its
 RLOOTrainer takes no `environment_factory`), credit settings (one advantage per completion), the critic, the mask
-ablations, StarPO-S group filtering, a separate KL on looking turns, the KL in the reward and greedy sampling. `logprob_chunk`, `share_prefix`, `minibatches`,
-`old_logprobs` and the echo-trap thresholds tune r1trade's own loop and have no effect here.
+ablations, StarPO-S group filtering, a separate KL on looking turns, the KL in the reward and greedy sampling.
+`logprob_chunk`, `share_prefix`, `minibatches`, `old_logprobs` and the echo-trap thresholds tune r1trade's own
+loop and have no effect here.
 """
 
 from __future__ import annotations
