@@ -186,7 +186,7 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
     kl = None  # the KL penalty in the reward, where it goes there
     if batch.ref_logprobs is not None and uses_kl(config) and not kl_in_loss(config):
         kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
-    coefficients = kl_coefficients(batch, config)
+    coefficients = kl_coefficients(batch, config) if kl is not None else 0.0
     if isinstance(coefficients, torch.Tensor):
         coefficients = view.to_trajectories(coefficients)  # (N, L)
     token_level_reinforce = config.algorithm == "reinforce_pp" and config.credit == "token"
