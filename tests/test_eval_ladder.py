@@ -7,7 +7,7 @@ import pytest
 
 from r1trade.cli import main
 from r1trade.errors import UsageError
-from r1trade.eval.ladder import add_record, ladder_record, training_cost
+from r1trade.eval.ladder import add_record, ladder_record, summarise, training_cost
 
 
 def _row(accuracy: float | None, ret: float) -> dict:
@@ -20,8 +20,10 @@ def _fixture(tmp_path: Path) -> tuple[Path, Path]:
     (report / "metrics.json").write_text(json.dumps({
         "decisions": {"count": 240, "every": 4},
         "strategies": {
-            "agent (step-3)": {**_row(78.75, 12.5), "Info Calls [%]": 92.5},
-            "base model": _row(50.0, -1.25),
+            "agent (step-3)": {**_row(78.75, 12.5), "Info Calls [%]": 92.5, "Tool Calls: get_changes [%]": 90.0,
+                               "Direction Accuracy, decision 1 [%]": 80.0,
+                               "Direction Accuracy, decision 2 [%]": 77.5},
+            "base model": {**_row(50.0, -1.25), "Direction Accuracy, decision 1 [%]": 50.0},
             "oracle": _row(80.0, 20.0),
             "buy_and_hold": _row(None, 3.0),
         },
@@ -49,6 +51,8 @@ def test_a_record_joins_held_out_rows_with_the_training_cost(tmp_path: Path) -> 
         "direction_accuracy": 0.7875, "return_pct": 12.5, "warmstart_direction_accuracy": 0.5,
         "warmstart_return_pct": -1.25, "oracle_return_pct": 20.0, "buy_and_hold_return_pct": 3.0,
         "info_call_rate": 0.925, "warmstart_info_call_rate": None,  # the warm start's row has no Info Calls
+        "signal_call_rate": 0.9, "warmstart_signal_call_rate": None,
+        "direction_accuracy_by_decision": [0.8, 0.775], "seed": None,  # 2-decision windows: 80 % then 77.5 %
         "updates": 3, "train_minutes": 7.0, "command": "r1trade backtest ...",
     }
 
@@ -61,6 +65,38 @@ def test_records_replace_their_level_and_variant_and_keep_the_rest(tmp_path: Pat
     records = add_record(path, {**base, "updates": 2})
     assert [(r["variant"], r["updates"]) for r in records] == [("b", 1), ("a", 2)]
     assert json.loads(path.read_text()) == records
+
+
+def test_seeds_of_one_variant_are_kept_apart_and_summarised_by_hand(tmp_path: Path) -> None:
+    path = tmp_path / "ladder.json"
+    for seed, accuracy, ret in ((0, 0.60, 10.0), (1, 0.70, 30.0), (2, 0.65, -10.0), (2, 0.80, 20.0)):
+        add_record(path, {"level": "tool_gated", "variant": "ablation/full", "seed": seed,
+                          "direction_accuracy": accuracy, "return_pct": ret, "info_call_rate": 1.0,
+                          "signal_call_rate": None})
+    add_record(path, {"level": "tool_gated", "variant": "other", "seed": None, "direction_accuracy": 0.5})
+    add_record(path, {"level": "btc", "variant": "ablation/full", "seed": 0, "direction_accuracy": 0.5})
+    records = json.loads(path.read_text())
+    assert len(records) == 5  # the second seed-2 record replaced the first
+    (row,) = summarise(records, level="tool_gated", prefix="ablation/")
+    assert row["variant"] == "ablation/full" and row["seeds"] == [0, 1, 2]
+    # accuracies 0.60, 0.70, 0.80: mean 0.70, sample sd sqrt((0.01 + 0 + 0.01) / 2) = 0.1
+    assert row["direction_accuracy"] == pytest.approx({"mean": 0.7, "sd": 0.1, "min": 0.6, "max": 0.8, "n": 3})
+    # returns 10, 30, 20: mean 20, sd sqrt((100 + 100 + 0) / 2) = 10
+    assert row["return_pct"] == pytest.approx({"mean": 20.0, "sd": 10.0, "min": 10.0, "max": 30.0, "n": 3})
+    assert row["info_call_rate"] == {"mean": 1.0, "sd": 0.0, "min": 1.0, "max": 1.0, "n": 3}
+    assert row["signal_call_rate"] is None
+
+
+def test_the_summary_command_prints_mean_spread_and_range(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "ladder.json"
+    for seed, accuracy in ((0, 0.6), (1, 0.8)):
+        add_record(path, {"level": "tool_gated", "variant": "ablation/grpo", "seed": seed,
+                          "direction_accuracy": accuracy, "return_pct": 5.0})
+    assert main(["ladder-summary", "--level", "tool_gated", "--ladder", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "ablation/grpo" in out and "70.0 ± 14.1 [60.0, 80.0]" in out  # sd of 60, 80: 10·√2
+    assert main(["ladder-summary", "--level", "btc", "--ladder", str(path)]) != 0
+    assert "has no btc records" in capsys.readouterr().err
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
@@ -82,6 +118,6 @@ def test_the_command_writes_the_ladder(tmp_path: Path, capsys) -> None:
     ladder = tmp_path / "ladder.json"
     args = ["ladder-record", "--report", str(report), "--checkpoint", str(checkpoint), "--level", "planted_edge",
             "--variant", "rloo", "--command", "r1trade backtest", "--model", "m", "--ladder", str(ladder)]
-    assert main(args) == 0, capsys.readouterr().err
+    assert main([*args, "--seed", "2"]) == 0, capsys.readouterr().err
     (record,) = json.loads(ladder.read_text())
-    assert record["direction_accuracy"] == 0.7875 and record["updates"] == 3
+    assert record["direction_accuracy"] == 0.7875 and record["updates"] == 3 and record["seed"] == 2

@@ -39,6 +39,10 @@ CLICK_ERRORS = (click.ClickException, *([typer.TyperException] if hasattr(typer,
 BASE_MODEL = "base-model"
 """`--baseline` value that adds the untrained base model to a backtest."""
 
+LADDER = Path("docs/results/ladder.json")
+LADDER_COLUMNS = {"direction_accuracy": "Direction Accuracy [%]", "signal_call_rate": "get_changes called [%]",
+                  "info_call_rate": "Info Calls [%]", "return_pct": "Return [%]"}
+
 ConfigOption = Annotated[
     str | None, typer.Option("--config", "-c", help="config name in configs/ (e.g. btc_momentum) or a YAML path")
 ]
@@ -489,18 +493,52 @@ def ladder_record_command(
     agent: Annotated[str | None, typer.Option(help="the agent's row (default: the report's only 'agent (...)')")]
     = None,
     warmstart: Annotated[str, typer.Option(help="the warm start's row")] = "base model",
-    ladder: Annotated[Path, typer.Option(help="the ladder file")] = Path("docs/results/ladder.json"),
+    seed: Annotated[int | None, typer.Option(help="the run's seed, where a variant has several")] = None,
+    ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
 ) -> None:
-    """Add a learning run's held-out figures to docs/results/ladder.json (one record per level and variant)."""
+    """Add a learning run's held-out figures to docs/results/ladder.json (one record per level, variant and seed)."""
     from r1trade.eval.ladder import LEVELS, add_record, ladder_record
 
     if level not in LEVELS:
         raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
     record = ladder_record(report, checkpoint, level=level, variant=variant, model=model, command=command,
-                           agent=agent, warmstart=warmstart)  # type: ignore[arg-type]
+                           agent=agent, warmstart=warmstart, seed=seed)  # type: ignore[arg-type]
     records = add_record(ladder, record)
     console.print_json(json.dumps(record))
     console.print(f"{ladder}: {len(records)} records")
+
+
+@app.command("ladder-summary")
+def ladder_summary_command(
+    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated or multi_decision")],
+    prefix: Annotated[str, typer.Option(help="only variants whose name starts with this")] = "",
+    ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
+) -> None:
+    """Each variant's held-out figures over its seeds, mean ± standard deviation [range], as a Markdown table (the
+    ablation tables of docs/results.md)."""
+    from r1trade.eval.ladder import LEVELS, SUMMARY_FIELDS, read_ladder, summarise
+
+    if level not in LEVELS:
+        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+    rows = summarise(read_ladder(ladder), level=level, prefix=prefix)
+    if not rows:
+        raise UsageError(f"{ladder} has no {level} records whose variant starts with '{prefix}'")
+    header = ["variant", "seeds", *(LADDER_COLUMNS[field] for field in SUMMARY_FIELDS)]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * len(SUMMARY_FIELDS)]
+    for row in rows:
+        cells = [row["variant"], " ".join(map(str, row["seeds"])) or "—",
+                 *(_spread_text(row[field], field) for field in SUMMARY_FIELDS)]
+        lines.append("| " + " | ".join(cells) + " |")
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
+def _spread_text(spread: dict | None, field: str) -> str:
+    """`mean ± sd [min, max]`, in percent for the rates."""
+    if spread is None:
+        return "—"
+    scale = 1.0 if field == "return_pct" else 100.0
+    mean, sd, low, high = (scale * spread[k] for k in ("mean", "sd", "min", "max"))
+    return f"{mean:.1f} ± {sd:.1f} [{low:.1f}, {high:.1f}]" if spread["n"] > 1 else f"{mean:.1f}"
 
 
 @app.command()

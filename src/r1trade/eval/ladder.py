@@ -7,13 +7,17 @@ A record joins what a held-out backtest measured (its `metrics.json`) with what 
      "heldout_decisions": int, "direction_accuracy": float (0-1), "return_pct": float,
      "warmstart_direction_accuracy": float, "warmstart_return_pct": float, "oracle_return_pct": float | null,
      "buy_and_hold_return_pct": float, "info_call_rate": float | null, "warmstart_info_call_rate": float | null,
+     "signal_call_rate": float | null, "warmstart_signal_call_rate": float | null,
+     "direction_accuracy_by_decision": [float, ...] | null, "seed": int | null,
      "updates": int, "train_minutes": float, "command": str}
 
 `info_call_rate` is the share of held-out decisions whose trade followed an information call (the report's
-`Info Calls [%]` as a fraction; null where the report has none).
+`Info Calls [%]` as a fraction; null where the report has none); `signal_call_rate` the share that called the
+informative tool (`get_changes`). `direction_accuracy_by_decision` holds the accuracy at decision 1, 2, ... of the
+report's windows where they have several decisions. `seed` tells apart the seeds of one variant (null: one run).
 
 `train_minutes` adds up the rollout, scoring and optimisation seconds of every update the checkpoint has seen
-(checkpoint writes and start-up excluded). A record with the same level and variant as an older one replaces it.
+(checkpoint writes and start-up excluded). A record with the same level variant and seed as an older one replaces it. `summarise` gives each variant's mean and spread over its seeds.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from r1trade.env.information import SIGNAL_TOOL
 from r1trade.errors import UsageError
 from r1trade.outputs import write_file
 from r1trade.rl.metrics_log import METRICS_FILE, read_records
@@ -30,6 +35,9 @@ Level = Literal["planted_edge", "btc", "tool_gated", "multi_decision"]
 LEVELS: tuple[str, ...] = Level.__args__
 PHASES = ("rollout_seconds", "score_seconds", "update_seconds")
 AGENT_PREFIX = "agent ("
+SIGNAL_ROW = f"Tool Calls: {SIGNAL_TOOL} [%]"
+BY_DECISION_ROW = "Direction Accuracy, decision {} [%]"
+SUMMARY_FIELDS = ("direction_accuracy", "signal_call_rate", "info_call_rate", "return_pct")
 
 
 def ladder_record(
@@ -42,6 +50,7 @@ def ladder_record(
     command: str,
     agent: str | None = None,
     warmstart: str = "base model",
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """The record for the agent `agent` (default: the report's only `agent (...)` row) beside `warmstart`."""
     document = _read_json(report_dir / "metrics.json")
@@ -68,6 +77,10 @@ def ladder_record(
         "buy_and_hold_return_pct": rows["buy and hold"]["Return [%]"],
         "info_call_rate": _fraction(rows["agent"].get("Info Calls [%]")),
         "warmstart_info_call_rate": _fraction(rows["warm start"].get("Info Calls [%]")),
+        "signal_call_rate": _fraction(rows["agent"].get(SIGNAL_ROW)),
+        "warmstart_signal_call_rate": _fraction(rows["warm start"].get(SIGNAL_ROW)),
+        "direction_accuracy_by_decision": _by_decision(rows["agent"]),
+        "seed": seed,
         "updates": updates,
         "train_minutes": round(seconds / 60, 1),
         "command": command,
@@ -94,14 +107,56 @@ def training_cost(checkpoint: Path) -> tuple[int, float]:
 
 
 def add_record(path: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
-    """Append `record` to the list in `path` (created if missing), replacing one with its level and variant."""
-    records = _read_json(path) if path.exists() else []
-    if not isinstance(records, list):
-        raise UsageError(f"{path} is not a JSON list of ladder records")
-    records = [r for r in records if (r.get("level"), r.get("variant")) != (record["level"], record["variant"])]
+    """Append `record` to the list in `path` (created if missing), replacing one with its level, variant and seed."""
+    records = read_ladder(path) if path.exists() else []
+    records = [r for r in records if _key(r) != _key(record)]
     records.append(record)
     write_file(path, json.dumps(records, indent=1) + "\n")
     return records
+
+
+def read_ladder(path: Path) -> list[dict[str, Any]]:
+    records = _read_json(path)
+    if not isinstance(records, list):
+        raise UsageError(f"{path} is not a JSON list of ladder records")
+    return records
+
+
+def summarise(records: list[dict[str, Any]], *, level: str, prefix: str = "") -> list[dict[str, Any]]:
+    """One row per variant of `level` whose name starts with `prefix`, in first-seen order: its seeds and, for each
+    of SUMMARY_FIELDS, the mean, the sample standard deviation (0 for one seed) and the range over the seeds."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record.get("level") == level and record.get("variant", "").startswith(prefix):
+            groups.setdefault(record["variant"], []).append(record)
+    rows = []
+    for variant, runs in groups.items():
+        seeds = sorted(r["seed"] for r in runs if r.get("seed") is not None)
+        row: dict[str, Any] = {"variant": variant, "seeds": seeds}
+        for field in SUMMARY_FIELDS:
+            values = [float(r[field]) for r in runs if r.get(field) is not None]
+            row[field] = _spread(values)
+        rows.append(row)
+    return rows
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+    return {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "n": len(values)}
+
+
+def _key(record: dict[str, Any]) -> tuple:
+    return record.get("level"), record.get("variant"), record.get("seed")
+
+
+def _by_decision(row: dict) -> list[float] | None:
+    shares = []
+    while (share := row.get(BY_DECISION_ROW.format(len(shares) + 1))) is not None:
+        shares.append(share / 100)
+    return shares if len(shares) > 1 else None
 
 
 def _row(strategies: dict[str, dict], name: str, report_dir: Path) -> dict:
