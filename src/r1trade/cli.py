@@ -432,7 +432,7 @@ def plot_run(
     from r1trade.rl.plots import plot_learning_curves
 
     for path in plot_learning_curves(run_dir, out):
-        console.print(f"wrote {path}", markup=False, highlight=False)
+        console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("compare-runs")
@@ -449,7 +449,7 @@ def compare_runs(
     """Overlay several runs' learning curves (ablations, algorithm comparisons) in one PNG."""
     from r1trade.rl.plots import plot_comparison
 
-    console.print(f"wrote {plot_comparison(run_dirs, out, metric)}", markup=False, highlight=False)
+    console.print(f"wrote {plot_comparison(run_dirs, out, metric)}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("probe-run")
@@ -479,7 +479,8 @@ def probe_run_command(
         )
 
     records = probe_run(run_dir, every=every, count=points, split=split, on_step=show)
-    console.print(f"wrote {run_dir / f'probe-{split}.json'} and {plot_probe(records, run_dir / f'probe-{split}.png')}")
+    png = plot_probe(records, run_dir / f"probe-{split}.png")
+    console.print(f"wrote {run_dir / f'probe-{split}.json'} and {png}", soft_wrap=True)
 
 
 @app.command("ladder-record")
@@ -685,7 +686,7 @@ def _show_backtest(outcome: BacktestOutcome, resolved: Config, *, label: str = "
         if run.note:
             console.print(f"{run.name}: {run.note}", markup=False, highlight=False)
     files = ", ".join(path.name for path in outcome.files)
-    console.print(f"wrote {outcome.out_dir}/: {files}", markup=False, highlight=False)
+    console.print(f"wrote {outcome.out_dir}/: {files}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _show_pooled_assets(assets: AssetsOutcome, resolved: Config) -> None:
@@ -710,7 +711,7 @@ def _show_pooled_assets(assets: AssetsOutcome, resolved: Config) -> None:
             console.print(note, markup=False, highlight=False)
         console.print(POOLED_ASSETS_NOTE, markup=False, highlight=False)
     files = ", ".join(path.name for path in assets.files)
-    console.print(f"wrote {assets.out_dir}/: {files}", markup=False, highlight=False)
+    console.print(f"wrote {assets.out_dir}/: {files}", markup=False, highlight=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- paper trading
@@ -798,7 +799,7 @@ def paper_report_command(
         console.print(table)
     console.print(f"{report.runs[0].name}: {report.runs[0].note}", markup=False, highlight=False)
     files = ", ".join(path.name for path in report.files)
-    console.print(f"wrote {out}/: {files}", markup=False, highlight=False)
+    console.print(f"wrote {out}/: {files}", markup=False, highlight=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- entry point
