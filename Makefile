@@ -1,4 +1,5 @@
-# r1trade: `make demo` shows RL learning a planted-edge market (and checks the shipped sample), `make test` runs the tests.
+# r1trade: `make demo` shows RL learning to fetch a market's signal with a tool (and checks the shipped sample),
+# `make test` runs the tests.
 # Both install everything first into .venv (CPU build of torch first: an open range pulls a CUDA build).
 
 PYTHON ?= python3
@@ -8,7 +9,7 @@ PIP    := $(PY) -m pip
 R1     := $(VENV)/bin/r1trade
 TORCH  ?= torch==2.13.0
 
-.PHONY: install test test-kernels-off demo demo-btc bench gpu-wheels gpu-check clean
+.PHONY: install test test-kernels-off demo demo-planted demo-btc bench gpu-wheels gpu-check clean
 
 install: $(VENV)/.installed
 
@@ -27,18 +28,29 @@ test: install
 test-kernels-off: install
 	$(VENV)/bin/pytest --cpu-kernels=off
 
-# The demo: RL learning the planted-edge market (configs/demo.yaml), from a format-only warm start of a small
-# model with random weights, judged on held-out decisions beside that warm start, the oracle and the baselines.
-DEMO := runs/demo
+# The demo: the information rung (configs/demo_tools.yaml). A small model with random weights, warm-started on the
+# tool-call format with random information calls and random trades, learns by RL to call get_changes and to trade
+# the way it points; judged on held-out decisions beside that warm start, the oracle and the baselines.
+DEMO := runs/demo_tools
 demo: install
 	$(R1) data-info data/sample/btc_usd_1h.parquet
-	$(R1) data-info --config demo
-	rm -rf $(DEMO) $(DEMO)-warmstart reports/demo-test
-	$(R1) warmstart --config demo
-	$(R1) train --config demo --set model.name_or_path=$(DEMO)-warmstart/model
+	$(R1) data-info --config demo_tools
+	rm -rf $(DEMO) $(DEMO)-warmstart reports/demo_tools-test
+	$(R1) warmstart --config demo_tools
+	$(R1) train --config demo_tools --set model.name_or_path=$(DEMO)-warmstart/model
 	$(R1) plot-run $(DEMO)
-	$(R1) probe-run $(DEMO) --every 20 --points 200
-	$(R1) backtest --config demo --checkpoint $(DEMO)/checkpoints/step-60 --baseline base-model --out reports/demo-test
+	$(R1) backtest --config demo_tools --checkpoint $(DEMO)/checkpoints/step-60 --baseline base-model \
+	    --out reports/demo_tools-test
+
+# The planted-edge bandit with the changes in the observation (configs/demo.yaml): one decision, no tool needed.
+PLANTED := runs/demo
+demo-planted: install
+	rm -rf $(PLANTED) $(PLANTED)-warmstart reports/demo-test
+	$(R1) warmstart --config demo
+	$(R1) train --config demo --set model.name_or_path=$(PLANTED)-warmstart/model
+	$(R1) plot-run $(PLANTED)
+	$(R1) probe-run $(PLANTED) --every 20 --points 200
+	$(R1) backtest --config demo --checkpoint $(PLANTED)/checkpoints/step-60 --baseline base-model --out reports/demo-test
 
 # The whole SmolLM2 pipeline on the shipped BTC sample with budgets cut to a 2-core CPU: warm start, one RL update,
 # a held-out backtest beside the rule baselines, the warm start and the untrained SmolLM2. It does not show learning.
