@@ -84,6 +84,17 @@ def test_the_demo_is_the_information_rung_of_the_small_model_in_60_updates():
     assert demo.train.updates == 60 and demo.train.updates % demo.train.checkpoint_every == 0
 
 
+def test_the_multi_decision_rung_is_the_demos_market_in_four_decision_windows():
+    """multi_decision_tiny.yaml: demo.yaml's market and model, four decisions an episode, each from a fresh
+    context, the warm start and the backtest in the same shape."""
+    rung, demo = load_config("multi_decision_tiny"), load_config("demo")
+    assert rung.data == demo.data and rung.model == demo.model
+    assert rung.env.episode_decisions == rung.warmstart.episode_decisions == 4
+    assert (rung.env.max_context_turns, rung.env.history_turns, rung.train.kl_placement) == (1, 1, "loss")
+    assert rung.rollout.num_envs * rung.env.episode_decisions == demo.rollout.num_envs  # 48 decisions an update
+    assert rung.backtest.agent_windows * 4 == rung.backtest.max_decisions
+
+
 def test_demo_config_is_the_planted_edge_market_with_the_small_model():
     """`make demo` learns the same market as planted_edge.yaml, with the tiny model and the same credit recipe."""
     demo, planted = load_config("demo"), load_config("planted_edge")
