@@ -51,6 +51,11 @@ SetOption = Annotated[
 ]
 
 
+def _wrote(what: str) -> None:
+    """`wrote <paths>`, printed as is: no markup, and never a line break inside a path."""
+    console.print(f"wrote {what}", markup=False, highlight=False, soft_wrap=True)
+
+
 def _version(value: bool) -> None:
     if value:
         console.print(f"r1trade {__version__}")
@@ -432,7 +437,7 @@ def plot_run(
     from r1trade.rl.plots import plot_learning_curves
 
     for path in plot_learning_curves(run_dir, out):
-        console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+        _wrote(str(path))
 
 
 @app.command("compare-runs")
@@ -449,7 +454,7 @@ def compare_runs(
     """Overlay several runs' learning curves (ablations, algorithm comparisons) in one PNG."""
     from r1trade.rl.plots import plot_comparison
 
-    console.print(f"wrote {plot_comparison(run_dirs, out, metric)}", markup=False, highlight=False, soft_wrap=True)
+    _wrote(str(plot_comparison(run_dirs, out, metric)))
 
 
 @app.command("probe-run")
@@ -480,7 +485,7 @@ def probe_run_command(
 
     records = probe_run(run_dir, every=every, count=points, split=split, on_step=show)
     png = plot_probe(records, run_dir / f"probe-{split}.png")
-    console.print(f"wrote {run_dir / f'probe-{split}.json'} and {png}", soft_wrap=True)
+    _wrote(f"{run_dir / f'probe-{split}.json'} and {png}")
 
 
 @app.command("ladder-record")
@@ -686,7 +691,7 @@ def _show_backtest(outcome: BacktestOutcome, resolved: Config, *, label: str = "
         if run.note:
             console.print(f"{run.name}: {run.note}", markup=False, highlight=False)
     files = ", ".join(path.name for path in outcome.files)
-    console.print(f"wrote {outcome.out_dir}/: {files}", markup=False, highlight=False, soft_wrap=True)
+    _wrote(f"{outcome.out_dir}/: {files}")
 
 
 def _show_pooled_assets(assets: AssetsOutcome, resolved: Config) -> None:
@@ -711,7 +716,7 @@ def _show_pooled_assets(assets: AssetsOutcome, resolved: Config) -> None:
             console.print(note, markup=False, highlight=False)
         console.print(POOLED_ASSETS_NOTE, markup=False, highlight=False)
     files = ", ".join(path.name for path in assets.files)
-    console.print(f"wrote {assets.out_dir}/: {files}", markup=False, highlight=False, soft_wrap=True)
+    _wrote(f"{assets.out_dir}/: {files}")
 
 
 # --------------------------------------------------------------------------- paper trading
@@ -799,7 +804,7 @@ def paper_report_command(
         console.print(table)
     console.print(f"{report.runs[0].name}: {report.runs[0].note}", markup=False, highlight=False)
     files = ", ".join(path.name for path in report.files)
-    console.print(f"wrote {out}/: {files}", markup=False, highlight=False, soft_wrap=True)
+    _wrote(f"{out}/: {files}")
 
 
 # --------------------------------------------------------------------------- entry point

@@ -17,7 +17,8 @@ informative tool (`get_changes`). `direction_accuracy_by_decision` holds the acc
 report's windows where they have several decisions. `seed` tells apart the seeds of one variant (null: one run).
 
 `train_minutes` adds up the rollout, scoring and optimisation seconds of every update the checkpoint has seen
-(checkpoint writes and start-up excluded). A record with the same level variant and seed as an older one replaces it. `summarise` gives each variant's mean and spread over its seeds.
+(checkpoint writes and start-up excluded). A record with the same level, variant and seed as an older one
+replaces it. `summarise` gives each variant's mean and spread over its seeds.
 """
 
 from __future__ import annotations
