@@ -93,6 +93,10 @@ def test_the_multi_decision_rung_is_the_demos_market_in_four_decision_windows():
     assert (rung.env.max_context_turns, rung.env.history_turns, rung.train.kl_placement) == (1, 1, "loss")
     assert rung.rollout.num_envs * rung.env.episode_decisions == demo.rollout.num_envs  # 48 decisions an update
     assert rung.backtest.agent_windows * 4 == rung.backtest.max_decisions
+    smollm2, planted = load_config("multi_decision"), load_config("planted_edge")
+    assert smollm2.data == planted.data and smollm2.model == planted.model and smollm2.rewards == planted.rewards
+    assert (smollm2.env.episode_decisions, smollm2.env.max_context_turns, smollm2.train.kl_placement) == (4, 1, "loss")
+    assert smollm2.rollout.num_envs * 4 == planted.rollout.num_envs
 
 
 def test_demo_config_is_the_planted_edge_market_with_the_small_model():
