@@ -99,6 +99,22 @@ def test_the_summary_command_prints_mean_spread_and_range(tmp_path: Path, capsys
     assert "has no btc records" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "is not valid JSON"),
+    ('{"level": "btc"}', "is not a JSON list"),
+    ("[1, 2]", "record 1 is not a ladder record"),
+    ('[{"level": "tool_gated", "variant": 7}]', "record 1 is not a ladder record"),
+    ('[{"level": "tool_gated", "variant": "a", "direction_accuracy": "high"}]', "'direction_accuracy' that is not"),
+])
+def test_a_damaged_ladder_is_a_one_line_error(tmp_path: Path, capsys, content: str, message: str) -> None:
+    path = tmp_path / "ladder.json"
+    path.write_text(content)
+    assert main(["ladder-summary", "--level", "tool_gated", "--ladder", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert path.read_text() == content  # read, never rewritten
+
+
 def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
     report, checkpoint = _fixture(tmp_path)
     with pytest.raises(UsageError, match="no row 'warm'"):

@@ -117,9 +117,13 @@ def add_record(path: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def read_ladder(path: Path) -> list[dict[str, Any]]:
+    """The records in `path`; a file that is not a list of objects, each with a text `variant`, is a one-line error."""
     records = _read_json(path)
     if not isinstance(records, list):
         raise UsageError(f"{path} is not a JSON list of ladder records")
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or not isinstance(record.get("variant"), str):
+            raise UsageError(f"{path}: record {index + 1} is not a ladder record (an object with a text 'variant')")
     return records
 
 
@@ -135,8 +139,10 @@ def summarise(records: list[dict[str, Any]], *, level: str, prefix: str = "") ->
         seeds = sorted(r["seed"] for r in runs if r.get("seed") is not None)
         row: dict[str, Any] = {"variant": variant, "seeds": seeds}
         for field in SUMMARY_FIELDS:
-            values = [float(r[field]) for r in runs if r.get(field) is not None]
-            row[field] = _spread(values)
+            values = [r[field] for r in runs if r.get(field) is not None]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                raise UsageError(f"the '{variant}' records hold a '{field}' that is not a number")
+            row[field] = _spread([float(v) for v in values])
         rows.append(row)
     return rows
 
