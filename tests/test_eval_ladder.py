@@ -21,9 +21,11 @@ def _fixture(tmp_path: Path) -> tuple[Path, Path]:
         "decisions": {"count": 240, "every": 4},
         "strategies": {
             "agent (step-3)": {**_row(78.75, 12.5), "Info Calls [%]": 92.5, "Tool Calls: get_changes [%]": 90.0,
+                               "Action Mix: Forced Hold [%]": 2.5,
                                "Direction Accuracy, decision 1 [%]": 80.0,
                                "Direction Accuracy, decision 2 [%]": 77.5},
-            "base model": {**_row(50.0, -1.25), "Direction Accuracy, decision 1 [%]": 50.0},
+            "base model": {**_row(50.0, -1.25), "Direction Accuracy, decision 1 [%]": 50.0,
+                           "Action Mix: Forced Hold [%]": 30.0},
             "oracle": _row(80.0, 20.0),
             "buy_and_hold": _row(None, 3.0),
         },
@@ -52,6 +54,7 @@ def test_a_record_joins_held_out_rows_with_the_training_cost(tmp_path: Path) -> 
         "warmstart_return_pct": -1.25, "oracle_return_pct": 20.0, "buy_and_hold_return_pct": 3.0,
         "info_call_rate": 0.925, "warmstart_info_call_rate": None,  # the warm start's row has no Info Calls
         "signal_call_rate": 0.9, "warmstart_signal_call_rate": None,
+        "forced_hold_rate": 0.025, "warmstart_forced_hold_rate": 0.3,
         "direction_accuracy_by_decision": [0.8, 0.775], "seed": None,  # 2-decision windows: 80 % then 77.5 %
         "updates": 3, "train_minutes": 7.0, "command": "r1trade backtest ...",
     }
@@ -85,6 +88,7 @@ def test_seeds_of_one_variant_are_kept_apart_and_summarised_by_hand(tmp_path: Pa
     assert row["return_pct"] == pytest.approx({"mean": 20.0, "sd": 10.0, "min": 10.0, "max": 30.0, "n": 3})
     assert row["info_call_rate"] == {"mean": 1.0, "sd": 0.0, "min": 1.0, "max": 1.0, "n": 3}
     assert row["signal_call_rate"] is None
+    assert row["forced_hold_rate"] is None  # records written before the field existed
 
 
 def test_the_summary_command_prints_mean_spread_and_range(tmp_path: Path, capsys) -> None:
@@ -95,6 +99,7 @@ def test_the_summary_command_prints_mean_spread_and_range(tmp_path: Path, capsys
     assert main(["ladder-summary", "--level", "tool_gated", "--ladder", str(path)]) == 0
     out = capsys.readouterr().out
     assert "ablation/grpo" in out and "70.0 ± 14.1 [60.0, 80.0]" in out  # sd of 60, 80: 10·√2
+    assert "| Forced Holds [%] |" in out and "| — |" in out  # a column these records lack
     assert main(["ladder-summary", "--level", "btc", "--ladder", str(path)]) != 0
     assert "has no btc records" in capsys.readouterr().err
 

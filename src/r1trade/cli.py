@@ -41,7 +41,8 @@ BASE_MODEL = "base-model"
 
 LADDER = Path("docs/results/ladder.json")
 LADDER_COLUMNS = {"direction_accuracy": "Direction Accuracy [%]", "signal_call_rate": "get_changes called [%]",
-                  "info_call_rate": "Info Calls [%]", "return_pct": "Return [%]"}
+                  "info_call_rate": "Info Calls [%]", "forced_hold_rate": "Forced Holds [%]",
+                  "return_pct": "Return [%]"}
 
 ConfigOption = Annotated[
     str | None, typer.Option("--config", "-c", help="config name in configs/ (e.g. btc_momentum) or a YAML path")

@@ -8,12 +8,15 @@ A record joins what a held-out backtest measured (its `metrics.json`) with what 
      "warmstart_direction_accuracy": float, "warmstart_return_pct": float, "oracle_return_pct": float | null,
      "buy_and_hold_return_pct": float, "info_call_rate": float | null, "warmstart_info_call_rate": float | null,
      "signal_call_rate": float | null, "warmstart_signal_call_rate": float | null,
+     "forced_hold_rate": float | null, "warmstart_forced_hold_rate": float | null,
      "direction_accuracy_by_decision": [float, ...] | null, "seed": int | null,
      "updates": int, "train_minutes": float, "command": str}
 
 `info_call_rate` is the share of held-out decisions whose trade followed an information call (the report's
 `Info Calls [%]` as a fraction; null where the report has none); `signal_call_rate` the share that called the
-informative tool (`get_changes`). `direction_accuracy_by_decision` holds the accuracy at decision 1, 2, ... of the
+informative tool (`get_changes`). `forced_hold_rate` is the share of decisions that ended without a valid order
+(counted wrong in the accuracy: where RL mostly repairs the format, this is where the accuracy moves).
+`direction_accuracy_by_decision` holds the accuracy at decision 1, 2, ... of the
 report's windows where they have several decisions. `seed` tells apart the seeds of one variant (null: one run).
 
 `train_minutes` adds up the rollout, scoring and optimisation seconds of every update the checkpoint has seen
@@ -37,8 +40,9 @@ LEVELS: tuple[str, ...] = Level.__args__
 PHASES = ("rollout_seconds", "score_seconds", "update_seconds")
 AGENT_PREFIX = "agent ("
 SIGNAL_ROW = f"Tool Calls: {SIGNAL_TOOL} [%]"
+FORCED_HOLD_ROW = "Action Mix: Forced Hold [%]"
 BY_DECISION_ROW = "Direction Accuracy, decision {} [%]"
-SUMMARY_FIELDS = ("direction_accuracy", "signal_call_rate", "info_call_rate", "return_pct")
+SUMMARY_FIELDS = ("direction_accuracy", "signal_call_rate", "info_call_rate", "forced_hold_rate", "return_pct")
 
 
 def ladder_record(
@@ -80,6 +84,8 @@ def ladder_record(
         "warmstart_info_call_rate": _fraction(rows["warm start"].get("Info Calls [%]")),
         "signal_call_rate": _fraction(rows["agent"].get(SIGNAL_ROW)),
         "warmstart_signal_call_rate": _fraction(rows["warm start"].get(SIGNAL_ROW)),
+        "forced_hold_rate": _fraction(rows["agent"].get(FORCED_HOLD_ROW)),
+        "warmstart_forced_hold_rate": _fraction(rows["warm start"].get(FORCED_HOLD_ROW)),
         "direction_accuracy_by_decision": _by_decision(rows["agent"]),
         "seed": seed,
         "updates": updates,
