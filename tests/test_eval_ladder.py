@@ -60,6 +60,18 @@ def test_a_record_joins_held_out_rows_with_the_training_cost(tmp_path: Path) -> 
     }
 
 
+def test_a_policy_that_never_called_get_changes_has_a_signal_rate_of_0(tmp_path: Path) -> None:
+    report, checkpoint = _fixture(tmp_path)
+    document = json.loads((report / "metrics.json").read_text())
+    agent = document["strategies"]["agent (step-3)"]
+    del agent["Tool Calls: get_changes [%]"]  # the report lists only the tools a policy called
+    agent["Tool Calls: get_indicators [%]"] = 92.5
+    (report / "metrics.json").write_text(json.dumps(document))
+    record = ladder_record(report, checkpoint, level="tool_gated", variant="v", model="m", command="c")
+    assert record["signal_call_rate"] == 0.0
+    assert record["warmstart_signal_call_rate"] is None  # its row has no information rows at all
+
+
 def test_records_replace_their_level_and_variant_and_keep_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "results" / "ladder.json"
     base = {"level": "planted_edge", "variant": "a", "updates": 1}
