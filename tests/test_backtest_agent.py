@@ -193,6 +193,8 @@ def test_scripted_windows_give_trades_with_reasoning_and_consistent_books() -> N
         "Action Mix: Forced Hold [%]": 12.5,
         "Info Calls [%]": 12.5,  # one of 8 decisions traded after an information call (get_portfolio is not one)
         "Tool Calls: get_candles [%]": 12.5,
+        "Tool Calls: get_indicators [%]": 0.0,  # offered and never called
+        "Tool Calls: get_sentiment [%]": 0.0,
         # each decision index over the two windows (decisions k and k + 4 of the eight)
         **{f"Direction Accuracy, decision {k + 1} [%]": 100 * np.mean(right[[k, k + 4]]) for k in range(4)},
     })

@@ -50,6 +50,7 @@ def test_the_information_reward_pays_a_trade_that_looked_first_and_the_trade_lis
     assert [info["reward_components"]["info_call"] for info in infos] == [0.0, 0.0, 0.0]
     assert trade["reward_components"]["info_call"] == pytest.approx(0.3)  # once, on the trade
     assert infos[0]["info_tools"] is None and trade["info_tools"] == ["get_changes", "get_candles"]
+    assert infos[0]["info_tools_offered"] is None and trade["info_tools_offered"] == sorted(env.info_tools)
     *_, bare = env.step(long(1.0))  # the next decision trades without looking
     assert bare["info_tools"] == [] and bare["reward_components"]["info_call"] == 0.0
     for _ in range(4):  # the last decision only looks, until its budget runs out: a forced hold earns nothing
@@ -63,12 +64,13 @@ def test_information_use_by_hand() -> None:
         {"info_tools": ["get_changes"], "direction_right": True},
         {"info_tools": ["get_sentiment", "get_changes"], "direction_right": True},
         {"info_tools": ["get_sentiment"], "direction_right": False},
-        {"info_tools": [], "direction_right": True},
+        {"info_tools": [], "info_tools_offered": ["get_candles", "get_changes", "get_sentiment"],
+         "direction_right": True},
         {"info_tools": None, "direction_right": None},  # an information turn, not a decision
     ]
     use = information_use(infos)
     assert use["info_call_rate"] == 3 / 4
-    assert use["tool_rates"] == {"get_changes": 2 / 4, "get_sentiment": 2 / 4}
+    assert use["tool_rates"] == {"get_candles": 0.0, "get_changes": 2 / 4, "get_sentiment": 2 / 4}
     assert use["accuracy_with_signal"] == 1.0 and use["accuracy_without_signal"] == 1 / 2
     assert information_use([]) == {
         "info_call_rate": 0.0, "tool_rates": {}, "accuracy_with_signal": None, "accuracy_without_signal": None

@@ -64,7 +64,7 @@ def test_a_policy_that_never_called_get_changes_has_a_signal_rate_of_0(tmp_path:
     report, checkpoint = _fixture(tmp_path)
     document = json.loads((report / "metrics.json").read_text())
     agent = document["strategies"]["agent (step-3)"]
-    del agent["Tool Calls: get_changes [%]"]  # the report lists only the tools a policy called
+    agent["Tool Calls: get_changes [%]"] = 0.0  # offered and never called: the report says 0
     agent["Tool Calls: get_indicators [%]"] = 92.5
     (report / "metrics.json").write_text(json.dumps(document))
     record = ladder_record(report, checkpoint, level="tool_gated", variant="v", model="m", command="c")

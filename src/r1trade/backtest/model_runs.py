@@ -163,8 +163,8 @@ def turn_stats(infos: Sequence[dict[str, Any]]) -> dict[str, float]:
     A valid tool call parsed and was accepted by its tool; a malformed turn did not parse (no call, bad JSON,
     unknown tool, bad arguments); a call the tool refused is neither. The action mix is over decisions, and so are
     the information rows (`r1trade.env.information`): the share of decisions whose trade followed an information
-    call, each tool's share, and, once `get_changes` was called, direction accuracy with and without it; with
-    windows of several decisions, direction accuracy at each decision index.
+    call, each offered tool's share (0 % included), and, where `get_changes` is offered, direction accuracy with
+    and without it; with windows of several decisions, direction accuracy at each decision index.
     """
     decisions = [info for info in infos if info["decision_done"]]
     mix = Counter(_action_kind(info) for info in decisions)

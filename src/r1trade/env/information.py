@@ -19,7 +19,8 @@ def information_use(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Over the decisions among `infos` (step infos of any turns):
 
     - `info_call_rate`: the share of decisions whose trade came after at least one information call;
-    - `tool_rates`: per tool, the share of decisions that called it (once or more);
+    - `tool_rates`: per tool offered (`info_tools_offered`) or called, the share of decisions that called it (once or
+      more): a tool never called shows as 0.0;
     - `accuracy_with_signal` / `accuracy_without_signal`: direction accuracy of the decisions that did or did not
       call `get_changes` (None where there are none).
     Empty (no decisions): rates 0.0 and accuracies None.
@@ -27,21 +28,25 @@ def information_use(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     >>> decisions = [
     ...     {"info_tools": ["get_changes"], "direction_right": True},
     ...     {"info_tools": ["get_candles", "get_changes"], "direction_right": False},
-    ...     {"info_tools": [], "direction_right": True},
+    ...     {"info_tools": [], "info_tools_offered": ["get_candles", "get_changes", "get_sentiment"],
+    ...      "direction_right": True},
     ...     {"info_tools": None},  # an information turn: not a decision
     ... ]
     >>> use = information_use(decisions)
-    >>> use["info_call_rate"], use["tool_rates"], use["accuracy_with_signal"], use["accuracy_without_signal"]
-    (0.6666666666666666, {'get_candles': 0.3333333333333333, 'get_changes': 0.6666666666666666}, 0.5, 1.0)
+    >>> use["info_call_rate"], use["accuracy_with_signal"], use["accuracy_without_signal"]
+    (0.6666666666666666, 0.5, 1.0)
+    >>> use["tool_rates"]  # get_sentiment was offered and never called
+    {'get_candles': 0.3333333333333333, 'get_changes': 0.6666666666666666, 'get_sentiment': 0.0}
     """
     decisions = [info for info in infos if info.get("info_tools") is not None]
     count = len(decisions)
     called = Counter(name for info in decisions for name in set(info["info_tools"]))
+    tools = set(called).union(*(info.get("info_tools_offered") or () for info in decisions))
     with_signal = [bool(info["direction_right"]) for info in decisions if SIGNAL_TOOL in info["info_tools"]]
     without = [bool(info["direction_right"]) for info in decisions if SIGNAL_TOOL not in info["info_tools"]]
     return {
         "info_call_rate": sum(bool(info["info_tools"]) for info in decisions) / count if count else 0.0,
-        "tool_rates": {name: called[name] / count for name in sorted(called)},
+        "tool_rates": {name: called[name] / count for name in sorted(tools)},
         "accuracy_with_signal": sum(with_signal) / len(with_signal) if with_signal else None,
         "accuracy_without_signal": sum(without) / len(without) if without else None,
     }

@@ -382,6 +382,8 @@ class TradingEnv:
             "decision_done": order is not None,
             # the information tools called before this decision's trade, in order (on the trade's turn only)
             "info_tools": looked,
+            # the information tools this env offers (on the trade's turn only): reports list each, 0 % included
+            "info_tools_offered": None if looked is None else sorted(self.info_tools),
             # as the backtest's Direction Accuracy counts it: long or short the way the market then moved
             "direction_right": episode.direction_right[-1] if order is not None else None,
             "move_sign": episode.move_signs[-1] if order is not None else None,  # +1 up, -1 down, 0 unchanged

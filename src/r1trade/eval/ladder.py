@@ -14,7 +14,7 @@ A record joins what a held-out backtest measured (its `metrics.json`) with what 
 
 `info_call_rate` is the share of held-out decisions whose trade followed an information call (the report's
 `Info Calls [%]` as a fraction; null where the report has none); `signal_call_rate` the share that called the
-informative tool (`get_changes`; 0 where the report lists the tools called and it is not among them).
+informative tool (`get_changes`; reports list every tool offered, 0 % included; null where it is not offered).
 `forced_hold_rate` is the share of decisions that ended without a valid order (counted wrong in the accuracy:
 where RL mostly repairs the format, this is where the accuracy moves). `direction_accuracy_by_decision` holds the
 accuracy at decision 1, 2, ... of the report's windows where they have several decisions. `seed` tells apart the
@@ -83,8 +83,8 @@ def ladder_record(
         "buy_and_hold_return_pct": rows["buy and hold"]["Return [%]"],
         "info_call_rate": _fraction(rows["agent"].get("Info Calls [%]")),
         "warmstart_info_call_rate": _fraction(rows["warm start"].get("Info Calls [%]")),
-        "signal_call_rate": _signal_rate(rows["agent"]),
-        "warmstart_signal_call_rate": _signal_rate(rows["warm start"]),
+        "signal_call_rate": _fraction(rows["agent"].get(SIGNAL_ROW)),
+        "warmstart_signal_call_rate": _fraction(rows["warm start"].get(SIGNAL_ROW)),
         "forced_hold_rate": _fraction(rows["agent"].get(FORCED_HOLD_ROW)),
         "warmstart_forced_hold_rate": _fraction(rows["warm start"].get(FORCED_HOLD_ROW)),
         "direction_accuracy_by_decision": _by_decision(rows["agent"]),
@@ -177,14 +177,6 @@ def _row(strategies: dict[str, dict], name: str, report_dir: Path) -> dict:
     if name not in strategies:
         raise UsageError(f"{report_dir}/metrics.json has no row '{name}' (rows: {', '.join(strategies)})")
     return strategies[name]
-
-
-def _signal_rate(row: dict) -> float | None:
-    """The share of decisions that called the informative tool: 0 where a policy's information rows list the tools
-    it called and this one is not among them; null where the row has no information rows."""
-    if SIGNAL_ROW in row:
-        return _fraction(row[SIGNAL_ROW])
-    return 0.0 if "Info Calls [%]" in row else None
 
 
 def _fraction(percent: float | None) -> float | None:
