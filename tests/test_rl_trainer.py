@@ -18,10 +18,12 @@ VOWELS = set("aeiouAEIOU")
 
 
 class VowelEnv:
-    """`turns` turns per episode; each turn earns the share of vowels in what the model wrote (easy to learn)."""
+    """`turns` turns per episode; each turn earns the share of vowels in what the model wrote (easy to learn).
+    With `fresh_context` each later turn starts a new context (a new token segment), as a context reset does."""
 
-    def __init__(self, turns: int = 1) -> None:
+    def __init__(self, turns: int = 1, fresh_context: bool = False) -> None:
         self.turns = turns
+        self.fresh_context = fresh_context
 
     def reset(self, seed=None, options=None):
         self.t = 0
@@ -32,7 +34,11 @@ class VowelEnv:
         letters = [c for c in text if c.isalpha()]
         reward = sum(c in VOWELS for c in letters) / max(1, len(letters))
         info = {"reward_components": {"vowels": reward}, "parse_error": None if letters else "no letters"}
-        return [{"role": "user", "content": f"again {self.t}"}], reward, self.t >= self.turns, False, info
+        following = [{"role": "user", "content": f"again {self.t}"}]
+        if self.fresh_context:
+            info["context_reset"] = True
+            following = [{"role": "system", "content": "Write."}, *following]
+        return following, reward, self.t >= self.turns, False, info
 
 
 def make_config(**train) -> Config:
@@ -45,9 +51,9 @@ def make_config(**train) -> Config:
     return load_config(None, overrides)
 
 
-def make_trainer(config: Config, run_dir: Path, turns: int = 1) -> Trainer:
+def make_trainer(config: Config, run_dir: Path, turns: int = 1, fresh_context: bool = False) -> Trainer:
     models = load_agent_models(config.model, seed=config.seed)
-    return Trainer(config, models, lambda n: [VowelEnv(turns) for _ in range(n)], run_dir)
+    return Trainer(config, models, lambda n: [VowelEnv(turns, fresh_context) for _ in range(n)], run_dir)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -97,6 +103,16 @@ def test_metrics_cover_rewards_ppo_diagnostics_and_speed(tmp_path: Path):
                 "peak_memory_mb", "skipped_steps", "warnings"):
         assert key in row, key
     assert row["update"] == 1 and row["skipped_steps"] == 0
+    assert row["optimizer_steps"] == 2 * 2  # 2 epochs over 8 one-segment episodes in minibatches of 4
+
+
+def test_optimizer_steps_count_segments_not_episodes(tmp_path: Path):
+    """A context reset splits an episode into segments, and minibatches are counted in segments: 8 episodes of 2
+    fresh-context turns are 16 rows, 4 minibatches of 4 per epoch."""
+    trainer = make_trainer(make_config(updates=1, epochs=1), tmp_path, turns=2, fresh_context=True)
+    trainer.train()
+    (row,) = read_metrics(tmp_path)
+    assert row["optimizer_steps"] == 4
 
 
 def test_non_finite_loss_skips_the_step_and_keeps_weights(tmp_path: Path, monkeypatch):

@@ -229,6 +229,7 @@ class Trainer:
                     totals.setdefault(key, []).append(value)
         summary = {key: sum(values) / len(values) for key, values in totals.items()}
         summary["skipped_steps"] = skipped
+        summary["optimizer_steps"] = cfg.epochs * -(-most_rows // cfg.minibatch_size)  # rows are token segments
         return summary
 
     def step(self, minibatch: RolloutBatch, filler: RolloutBatch | None = None) -> tuple[dict, bool]:
