@@ -406,7 +406,10 @@ class TrainConfig(Section):
     critic_learning_rate: float = Field(1e-4, gt=0)
     warmup_updates: int = Field(0, ge=0, description="linear learning-rate warm-up")
     epochs: int = Field(2, ge=1, description="passes over each rollout batch")
-    minibatch_size: int = Field(4, ge=1, description="token segments per optimiser step")
+    minibatch_size: int = Field(
+        4, ge=1, description="token segments per optimiser step (a context reset starts a new segment: with"
+        " env.max_context_turns 1, one per decision); the training metrics count the steps, optimizer_steps"
+    )
     micro_batch_size: int = Field(2, ge=1, description="segments per forward/backward (gradient accumulation)")
     gamma: float = Field(1.0, ge=0, le=1)
     turn_gamma: float | None = Field(
