@@ -210,7 +210,7 @@ class Trainer:
         """Epochs × shuffled minibatches of segments, gradient accumulation over micro-batches."""
         cfg = self.config.train
         totals: dict[str, list[float]] = {}
-        skipped = 0
+        skipped = steps = 0
         order_generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.state.step)
         most_rows = int(self.distributed.reduce(torch.tensor([batch.rows]), "max"))
         filler = None  # under DeepSpeed short minibatches are padded with rows of this batch, weighted by zero
@@ -224,12 +224,13 @@ class Trainer:
                 # rows of one group side by side: a micro-batch of them shares more prefix (same gradient)
                 minibatch = batch.select(rows[torch.argsort(group[rows], stable=True)])
                 stats, finite = self.step(minibatch, filler)
+                steps += 1
                 skipped += not finite
                 for key, value in stats.items():
                     totals.setdefault(key, []).append(value)
         summary = {key: sum(values) / len(values) for key, values in totals.items()}
         summary["skipped_steps"] = skipped
-        summary["optimizer_steps"] = cfg.epochs * -(-most_rows // cfg.minibatch_size)  # rows are token segments
+        summary["optimizer_steps"] = steps  # minibatches of token segments, not episodes
         return summary
 
     def step(self, minibatch: RolloutBatch, filler: RolloutBatch | None = None) -> tuple[dict, bool]:
