@@ -33,6 +33,10 @@ def test_train_resume_and_show_rollout(capsys, tmp_path: Path):
     assert main(["show-rollout", "--checkpoint", str(run_dir / "checkpoints" / "step-3"), "--greedy"]) == 0
     shown = capsys.readouterr().out
     assert "segment 0" in shown and "total reward" in shown
+    # --set applies to the run's own config: the episode's observation says so
+    step = str(run_dir / "checkpoints" / "step-3")
+    assert main(["show-rollout", "--checkpoint", step, "--greedy", "--set", "env.max_tool_calls=9"]) == 0
+    assert "Tool calls left: 9." in capsys.readouterr().out
 
     # the held-out probe: the start and every checkpoint, then nothing new to do
     assert main(["probe-run", str(run_dir), "--points", "5"]) == 0

@@ -307,7 +307,10 @@ def show_rollout(
     split: Annotated[str, typer.Option(help="data split to replay")] = "train",
     greedy: Annotated[bool, typer.Option(help="greedy decoding instead of sampling")] = False,
 ) -> None:
-    """Play one episode and print it: sampled tokens highlighted, masked tokens dimmed, rewards per turn."""
+    """Play one episode and print it: sampled tokens highlighted, masked tokens dimmed, rewards per turn.
+
+    With a checkpoint the episode follows the run's own config (--config is not read), with --set applied to it,
+    so `--set seed=N` shows another episode of the same policy."""
     import torch
 
     from r1trade.agent.engine import sampling_from_config
@@ -317,10 +320,11 @@ def show_rollout(
     from r1trade.env.trading_env import make_envs
     from r1trade.rl.checkpoint import load_trained_agent
 
-    resolved = _config(config, set_)
     if checkpoint is not None:
-        resolved, models = load_trained_agent(checkpoint)
+        _, models = load_trained_agent(checkpoint)
+        resolved = load_config(checkpoint / "config.yaml", set_ or [])
     else:
+        resolved = _config(config, set_)
         models = load_agent_models(resolved.model, seed=resolved.seed)
     engine = RolloutEngine(models.policy, models.tokenizer, sampling_from_config(resolved.rollout, greedy=greedy))
     generator = torch.Generator().manual_seed(resolved.seed)
