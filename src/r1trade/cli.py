@@ -321,8 +321,7 @@ def show_rollout(
     from r1trade.rl.checkpoint import load_trained_agent
 
     if checkpoint is not None:
-        _, models = load_trained_agent(checkpoint)
-        resolved = load_config(checkpoint / "config.yaml", set_ or [])
+        resolved, models = load_trained_agent(checkpoint, set_ or [])
     else:
         resolved = _config(config, set_)
         models = load_agent_models(resolved.model, seed=resolved.seed)

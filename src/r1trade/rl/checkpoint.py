@@ -16,7 +16,7 @@ import json
 import pickle
 import random
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -174,10 +174,11 @@ def load_checkpoint(
     return _training_state(path / STATE_FILE), grad_norm_mean
 
 
-def load_trained_agent(path: Path) -> tuple[Config, AgentModels]:
-    """The config a checkpoint was trained with and its policy, ready for evaluation."""
+def load_trained_agent(path: Path, overrides: Sequence[str] = ()) -> tuple[Config, AgentModels]:
+    """The config a checkpoint was trained with (`overrides`, `key=value`, applied to it) and its policy, ready
+    for evaluation."""
     _require_complete(path)
-    config = load_config(path / "config.yaml")
+    config = load_config(path / "config.yaml", list(overrides))
     models = load_agent_models(config.model, seed=config.seed)
     load_policy(models, path / "policy")
     return config, models
