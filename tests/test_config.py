@@ -107,3 +107,21 @@ def test_demo_config_is_the_planted_edge_market_with_the_small_model():
     assert (demo.train.algorithm, demo.train.credit, demo.train.gamma) == ("reinforce_pp", "turn", 0.0)
     assert demo.warmstart.policy == "random" and demo.warmstart.actions == ["long", "short"]
     assert demo.train.updates % demo.train.checkpoint_every == 0  # the backtest reads the last checkpoint
+
+
+def test_a_temperature_schedule_by_update():
+    # 0.7 for updates 1-33, 0.5 for 34-59, 0.3 from 60 on; the keys may come in any order.
+    rollout = load_config(None, ["rollout.temperature=0.7", "rollout.temperature_from={60: 0.3, 34: 0.5}"]).rollout
+    assert [rollout.temperature_at(u) for u in (1, 33, 34, 59, 60, 200)] == [0.7, 0.7, 0.5, 0.5, 0.3, 0.3]
+    assert load_config(None, []).rollout.temperature_at(5) == 1.0
+    with pytest.raises(ConfigError, match="temperature_from"):
+        load_config(None, ["rollout.temperature_from={0: 0.5}"])
+
+
+def test_the_look_anchor_comes_off_after_its_updates():
+    train = load_config(None, ["train.kl_coef=0.02", "train.look_kl_coef=0.3", "train.look_kl_updates=47"]).train
+    assert train.at_update(47).look_kl_coef == 0.3
+    assert train.at_update(48).look_kl_coef is None and train.at_update(48).kl_coef == 0.02
+    assert load_config(None, ["train.look_kl_coef=0.3"]).train.at_update(1000).look_kl_coef == 0.3
+    with pytest.raises(ConfigError, match="look_kl_updates needs look_kl_coef"):
+        load_config(None, ["train.look_kl_updates=5"])

@@ -239,3 +239,22 @@ def test_episode_metrics_count_direction_accuracy_over_decisions_only():
     metrics = episode_metrics([first, second])
     assert metrics["direction_accuracy"] == pytest.approx(3 / 4)
     assert "direction_accuracy" not in episode_metrics([Trajectory(seed=0, group=0, turns=[turn(None)])])
+
+
+def test_a_temperature_schedule_reaches_the_sampler_and_the_scores(tmp_path: Path):
+    config = make_config(updates=3)
+    config = config.model_copy(update={"rollout": config.rollout.model_copy(
+        update={"temperature": 0.7, "temperature_from": {3: 0.5}})})
+    trainer = make_trainer(config, tmp_path)
+    sampled, scored = [], []
+    generate, temperature = trainer.engine.backend.generate, trainer._temperature
+    def spy_generate(prompts, generator):
+        sampled.append(trainer.engine.backend.sampling.temperature)
+        return generate(prompts, generator)
+    def spy_temperature():
+        scored.append(temperature())
+        return scored[-1]
+    trainer.engine.backend.generate, trainer._temperature = spy_generate, spy_temperature
+    trainer.train()
+    assert sampled == [0.7, 0.7, 0.5]  # one turn an episode: one generate call an update
+    assert set(scored[: len(scored) // 3 * 2]) == {0.7} and set(scored[len(scored) // 3 * 2 :]) == {0.5}

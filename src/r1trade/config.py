@@ -368,7 +368,17 @@ class RolloutConfig(Section):
     num_envs: int = Field(8, ge=1)
     max_new_tokens: int = Field(96, ge=1)
     temperature: float = Field(1.0, ge=0)
+    temperature_from: dict[Annotated[int, Field(ge=1)], Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="training only: another sampling temperature from a given update on, e.g. "
+        "{34: 0.5} samples updates 1-33 at `temperature` and 34 on at 0.5 (the evaluation commands sample at "
+        "`temperature`)"
+    )
     top_p: float = Field(1.0, gt=0, le=1)
+
+    def temperature_at(self, update: int) -> float:
+        """The sampling temperature of training update `update` (counted from 1)."""
+        started = [first for first in self.temperature_from if first <= update]
+        return self.temperature_from[max(started)] if started else self.temperature
 
 
 GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo")
@@ -434,6 +444,10 @@ class TrainConfig(Section):
         "malformed turns) instead of kl_coef: a larger one holds what the agent looks at near the reference policy "
         "while its trade learns to read the answer. None: kl_coef on every token"
     )
+    look_kl_updates: int | None = Field(
+        None, ge=1, description="look_kl_coef holds for updates 1 to this one, kl_coef on every token after: the "
+        "anchor can come off once the tool choice has settled. None: every update"
+    )
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
     loss_mask: bool = Field(True, description="losses over sampled tokens only (False: every valid token)")
     advantage_mask: bool = Field(True, description="GAE over sampled tokens only (False: over every token)")
@@ -486,6 +500,15 @@ class TrainConfig(Section):
             raise ValueError("micro_batch_size must not exceed minibatch_size")
         if self.turn_gamma is not None and (self.credit != "turn" or self.algorithm in GROUP_ALGORITHMS):
             raise ValueError("turn_gamma needs credit: turn with algorithm ppo or reinforce_pp")
+        if self.look_kl_updates is not None and self.look_kl_coef is None:
+            raise ValueError("look_kl_updates needs look_kl_coef")
+        return self
+
+    def at_update(self, update: int) -> TrainConfig:
+        """This section as training update `update` (counted from 1) applies it: the look anchor off after
+        `look_kl_updates`."""
+        if self.look_kl_updates is not None and update > self.look_kl_updates:
+            return self.model_copy(update={"look_kl_coef": None, "look_kl_updates": None})
         return self
 
 

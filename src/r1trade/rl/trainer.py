@@ -30,7 +30,7 @@ from r1trade.agent.engine import sampling_from_config
 from r1trade.agent.loop import RolloutEngine, TextEnv, Trajectory
 from r1trade.agent.models import AgentModels, reference_context
 from r1trade.agent.scoring import token_logprobs, token_outputs
-from r1trade.config import Config
+from r1trade.config import Config, TrainConfig
 from r1trade.errors import TrainingInterrupted
 from r1trade.outputs import append_line
 from r1trade.rl.advantages import explained_variance
@@ -83,9 +83,8 @@ class Trainer:
         trained_critic = self.models.critic if self.uses_critic else None
         self.distributed.prepare(self.models.policy, trained_critic, self.optimizer, cfg)  # DeepSpeed, if launched so
         self.generator = torch.Generator().manual_seed(self.config.seed)
-        self.engine = RolloutEngine(
-            self.models.policy, self.models.tokenizer, sampling_from_config(self.config.rollout)
-        )
+        self.sampling = sampling_from_config(self.config.rollout)  # the engine samples with this very object
+        self.engine = RolloutEngine(self.models.policy, self.models.tokenizer, self.sampling)
         self.state = TrainingState()
         self.grad_norm_mean: float | None = None
 
@@ -130,7 +129,7 @@ class Trainer:
 
     def update(self) -> dict:
         """One rollout → score → advantages → optimise round; returns its metrics."""
-        cfg = self.config.train
+        cfg = self._train_config()
         # 1. rollout
         started = time.perf_counter()
         trajectories = self.rollout()
@@ -172,6 +171,7 @@ class Trainer:
         offset = self.distributed.process_index * n  # other processes play other start states
         groups = [offset + i // size for i in range(n)]
         seeds = [_episode_seed(self.config.seed, self.state.step, g) for g in groups]
+        self.sampling.temperature = self.config.rollout.temperature_at(self.state.step + 1)
         return self.engine.run(self.env_factory(n), seeds, groups=groups, generator=self.generator)
 
     @torch.no_grad()
@@ -273,7 +273,7 @@ class Trainer:
         """The algorithm's loss on a micro-batch: the policy terms' mean over its loss-mask tokens times
         `weights[0]`, plus the value loss's mean over its value positions times `weights[1]`; the statistics are
         the unweighted means."""
-        cfg = self.config.train
+        cfg = self._train_config()
         micro = self._through_last_action(micro)
         mask = self._loss_mask(micro)
         out = token_outputs(
@@ -319,8 +319,13 @@ class Trainer:
         return action_mask if self.config.train.loss_mask else None
 
     def _temperature(self) -> float:
-        t = self.config.rollout.temperature
+        """The sampling temperature of the update under way (1 for greedy, whose log-probs are untempered)."""
+        t = self.config.rollout.temperature_at(self.state.step + 1)
         return t if t > 0 else 1.0
+
+    def _train_config(self) -> TrainConfig:
+        """The train section as the update under way applies it (`TrainConfig.at_update`)."""
+        return self.config.train.at_update(self.state.step + 1)
 
     def echo_trap_warnings(self, metrics: dict) -> list[str]:
         """RAGEN's echo trap: collapsing reward variance or entropy, or a spiking gradient norm."""
