@@ -257,4 +257,5 @@ def test_a_temperature_schedule_reaches_the_sampler_and_the_scores(tmp_path: Pat
     trainer.engine.backend.generate, trainer._temperature = spy_generate, spy_temperature
     trainer.train()
     assert sampled == [0.7, 0.7, 0.5]  # one turn an episode: one generate call an update
+    assert [row["temperature"] for row in read_metrics(tmp_path)] == [0.7, 0.7, 0.5]
     assert set(scored[: len(scored) // 3 * 2]) == {0.7} and set(scored[len(scored) // 3 * 2 :]) == {0.5}

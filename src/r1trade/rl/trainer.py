@@ -159,6 +159,7 @@ class Trainer:
             scored_tokens=int(batch.attention_mask.sum()),
             peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             learning_rate=self.scheduler.get_last_lr()[0],
+            temperature=self.sampling.temperature,  # what this update sampled at (rollout.temperature_from)
         )
         if self.uses_critic:
             metrics["explained_variance"] = explained_variance(batch.old_values, batch.returns, batch.value_mask)
