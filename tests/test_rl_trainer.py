@@ -11,6 +11,7 @@ import torch
 
 from r1trade.agent.loading import load_agent_models
 from r1trade.config import Config, load_config
+from r1trade.rl import trainer as trainer_module
 from r1trade.rl.checkpoint import latest_checkpoint
 from r1trade.rl.trainer import Trainer, TrainingInterrupted
 
@@ -259,3 +260,16 @@ def test_a_temperature_schedule_reaches_the_sampler_and_the_scores(tmp_path: Pat
     assert sampled == [0.7, 0.7, 0.5]  # one turn an episode: one generate call an update
     assert [row["temperature"] for row in read_metrics(tmp_path)] == [0.7, 0.7, 0.5]
     assert set(scored[: len(scored) // 3 * 2]) == {0.7} and set(scored[len(scored) // 3 * 2 :]) == {0.5}
+
+
+def test_the_look_anchor_schedule_reaches_the_loss(tmp_path: Path, monkeypatch):
+    seen = []
+    coefficients = trainer_module.kl_coefficients
+    def spy(batch, config):
+        seen.append(config.look_kl_coef)
+        return coefficients(batch, config)
+    monkeypatch.setattr(trainer_module, "kl_coefficients", spy)
+    config = make_config(updates=2, epochs=1, kl_coef=0.1, kl_placement="loss", look_kl_coef=0.5, look_kl_updates=1)
+    make_trainer(config, tmp_path).train()
+    half = len(seen) // 2  # the same number of micro-batches in each update
+    assert half > 0 and seen[:half] == [0.5] * half and seen[half:] == [None] * half
