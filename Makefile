@@ -39,7 +39,7 @@ demo: install
 	$(R1) warmstart --config demo_tools
 	$(R1) train --config demo_tools --set model.name_or_path=$(DEMO)-warmstart/model
 	$(R1) plot-run $(DEMO)
-	$(R1) backtest --config demo_tools --checkpoint $(DEMO)/checkpoints/step-60 --baseline base-model \
+	$(R1) backtest --config demo_tools --checkpoint $(DEMO)/checkpoints/step-120 --baseline base-model \
 	    --out reports/demo_tools-test
 
 # The planted-edge bandit with the changes in the observation (configs/demo.yaml): one decision, no tool needed.
