@@ -2,7 +2,7 @@
 
 `make gpu-check` runs this. First the tests marked `cuda` (`tests/test_cuda.py`: the tiny model on the GPU in
 bfloat16 without the CPU fast paths, a rollout and an update there, the same log-probs as on the CPU). Then, for each
-shape of `r1trade.agent.random_models` (SmolLM2-135M, Qwen2.5-0.5B and Qwen2.5-1.5B with random weights: nothing is
+shape of `r1trade.models.random_models` (SmolLM2-135M, Qwen2.5-0.5B and Qwen2.5-1.5B with random weights: nothing is
 downloaded), a few updates on the planted-edge market of `configs/demo.yaml`, LoRA adapters on bfloat16 weights,
 GRPO in groups of 4: by r1trade's own trainer (`train.engine: r1trade`) and by TRL's GRPOTrainer (`train.engine:
 trl`, without vLLM), each through `r1trade.train.train_run` as `r1trade train` runs it. Last it prints a markdown
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ROOT / ".whl"
 SITE = Path("/tmp/site")
 SIZES = ("random:smollm2-135m", "random:qwen2.5-0.5b", "random:qwen2.5-1.5b")
-"""The model shapes measured (`r1trade.agent.random_models.RANDOM_MODELS`)."""
+"""The model shapes measured (`r1trade.models.random_models.RANDOM_MODELS`)."""
 QUICK_MODEL = "tiny-random-qwen"
 """The built-in 2-layer model, to check the whole script quickly (`--models tiny-random-qwen`)."""
 ENGINES = ("r1trade", "trl")

@@ -15,7 +15,7 @@ import argparse
 import json
 import statistics
 
-from r1trade.agent.tokenizer import load_smollm2_tokenizer
+from r1trade.models.tokenizer import load_smollm2_tokenizer
 from r1trade.config import load_config
 from r1trade.env import TradingEnv
 

@@ -19,9 +19,10 @@ from collections import defaultdict
 import torch
 from transformers import AttentionInterface
 
-from r1trade.agent.engine import SamplingConfig
-from r1trade.agent.loading import load_agent_models
-from r1trade.agent.loop import RolloutEngine
+from r1trade.rollout.backend import SamplingConfig
+from r1trade.models.loading import load_agent_models
+from r1trade.rollout.loop import RolloutEngine
+from r1trade.rollout.build import transformers_engine
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.runtime import cpu_header
@@ -100,8 +101,8 @@ def main() -> None:
     models.policy.to(getattr(torch, args.dtype))
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=True)
     seeds = list(range(args.envs))
-    slow = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=False)
-    fast = RolloutEngine(models.policy, models.tokenizer, sampling, reuse_cache=True)
+    slow = transformers_engine(models.policy, models.tokenizer, sampling, reuse_cache=False)
+    fast = transformers_engine(models.policy, models.tokenizer, sampling, reuse_cache=True)
     fast.backend.shared_prefix = fast.backend.shared_prefix and not args.copy_prefix
     measure(fast, config, seeds[:1], 1)  # warm-up
     print(cpu_header())

@@ -35,7 +35,7 @@ from r1trade.runtime import cpu_header
 
 
 def one_mode(lora: bool, rows: int, tokens: int, cpu_kernels: str) -> dict:
-    from r1trade.agent.loading import load_agent_models
+    from r1trade.models.loading import load_agent_models
     from r1trade.config import load_config
     from r1trade.rl.batch import RolloutBatch, compute_advantages
     from r1trade.rl.trainer import Trainer
@@ -93,7 +93,7 @@ SHARING_SETUP = ["rollout.num_envs=16", "train.group_size=4", "env.episode_decis
 
 def sharing_trainer(mode: str, overrides: list[str]):
     """A trainer of `btc_momentum` in `mode`, with `overrides` on top; prints what the mode sets."""
-    from r1trade.agent.loading import load_agent_models
+    from r1trade.models.loading import load_agent_models
     from r1trade.config import load_config
     from r1trade.env.trading_env import make_envs
     from r1trade.rl.trainer import Trainer
@@ -154,7 +154,7 @@ def profile_step(mode: str, extra: list[str]) -> None:
     seconds, the token positions it computed and the operators that took the time."""
     from torch.profiler import ProfilerActivity, profile
 
-    from r1trade.agent.engine import common_prefix_length
+    from r1trade.models.prefix import common_prefix_length
     from r1trade.rl.batch import collate, compute_advantages
 
     print(cpu_header())

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r1trade.agent.loading import load_agent_models
-from r1trade.agent.models import AgentModels
+from r1trade.models.loading import load_agent_models
+from r1trade.models.agent_models import AgentModels
 from r1trade.config import ModelConfig
 
 TOOL_CALL = (

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from env_fixtures import call, close, hold, long, short
 
-from r1trade.agent.loop import Trajectory, Turn
+from r1trade.rollout.loop import Trajectory, Turn
 from r1trade.backtest.model_runs import (
     WINDOW_END,
     WindowPlan,

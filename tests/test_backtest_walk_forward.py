@@ -17,7 +17,7 @@ import pytest
 from conftest import SAMPLE, make_synthetic_candles
 from env_fixtures import hold, long
 
-from r1trade.agent.loop import Trajectory, Turn
+from r1trade.rollout.loop import Trajectory, Turn
 from r1trade.backtest import runner
 from r1trade.backtest.metrics import compute_metrics, sharpe_ratio
 from r1trade.backtest.model_runs import context_plan, model_run, play_windows

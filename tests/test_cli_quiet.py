@@ -84,8 +84,8 @@ def test_quieting_drops_the_known_harmless_warnings_and_log_lines_only(monkeypat
 def test_r1trade_messages_show_one_line_each(capsys) -> None:
     quiet.show_messages()
     quiet.show_messages()  # once only
-    logging.getLogger("r1trade.agent.test").warning("decoding attention stays with torch: %s", "no compiler")
-    logging.getLogger("r1trade.agent.test").info("converting a model (once)")
+    logging.getLogger("r1trade.models.test").warning("decoding attention stays with torch: %s", "no compiler")
+    logging.getLogger("r1trade.models.test").info("converting a model (once)")
     assert capsys.readouterr().err == (
         "warning: decoding attention stays with torch: no compiler\nconverting a model (once)\n"
     )

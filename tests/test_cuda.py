@@ -12,10 +12,10 @@ import torch
 from agent_fixtures import TEXTS, ScriptedEnv, batch, perturb_trainable, tiny_config
 from test_rl_trainer import VowelEnv
 
-from r1trade.agent.engine import SamplingConfig
-from r1trade.agent.loading import CPU_KERNELS_ENV, cpu_kernels, load_agent_models, model_dtype
-from r1trade.agent.loop import RolloutEngine
-from r1trade.agent.scoring import token_logprobs_and_entropy
+from r1trade.rollout.backend import SamplingConfig
+from r1trade.models.loading import CPU_KERNELS_ENV, cpu_kernels, load_agent_models, model_dtype
+from r1trade.rollout.build import transformers_engine
+from r1trade.models.scoring import token_logprobs_and_entropy
 from r1trade.config import load_config
 from r1trade.rl.trainer import Trainer
 
@@ -37,13 +37,13 @@ def test_the_tiny_model_loads_in_bfloat16_without_the_cpu_fast_paths() -> None:
     assert models.policy.config._attn_implementation == "sdpa"
     policy = models.policy.to("cuda")
     assert policy.get_base_model().model.embed_tokens.weight.dtype == torch.bfloat16
-    backend = RolloutEngine(policy, models.tokenizer, SamplingConfig()).backend
+    backend = transformers_engine(policy, models.tokenizer, SamplingConfig()).backend
     assert backend.device.type == "cuda" and backend.cpu is None and not backend.shared_prefix
 
 
 def test_rollouts_sample_on_the_gpu_and_repeat_with_their_seed() -> None:
     models = load_agent_models(tiny_config(dtype="auto"), seed=0)
-    engine = RolloutEngine(models.policy.to("cuda"), models.tokenizer, SamplingConfig(max_new_tokens=16))
+    engine = transformers_engine(models.policy.to("cuda"), models.tokenizer, SamplingConfig(max_new_tokens=16))
 
     def play() -> list:
         envs = [ScriptedEnv(turns=3, reset_every=2) for _ in range(4)]

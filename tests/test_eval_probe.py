@@ -11,9 +11,10 @@ import pytest
 import torch
 from env_fixtures import call
 
-from r1trade.agent.engine import Generation
-from r1trade.agent.loading import build_tiny_model
-from r1trade.agent.tokenizer import build_tiny_tokenizer
+from r1trade.rollout.backend import Generation
+from r1trade.rollout.loop import RolloutEngine
+from r1trade.models.loading import build_tiny_model
+from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import UsageError
@@ -140,12 +141,10 @@ class ScriptedBackend:
 def play_scripted(monkeypatch, tokenizer, script) -> None:
     """Make the probe's rollout engine generate from `script` (key -> the conversation's turns)."""
 
-    class Scripted(probe_module.RolloutEngine):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.backend = ScriptedBackend(tokenizer, script)
+    def scripted_engine(model, tokenizer_, sampling) -> RolloutEngine:
+        return RolloutEngine(ScriptedBackend(tokenizer, script), tokenizer_)
 
-    monkeypatch.setattr(probe_module, "RolloutEngine", Scripted)
+    monkeypatch.setattr(probe_module, "transformers_engine", scripted_engine)
 
 
 SIGNAL_SCRIPT = [call("get_changes"),

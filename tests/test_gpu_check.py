@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from r1trade.agent.random_models import RANDOM_MODELS
+from r1trade.models.random_models import RANDOM_MODELS
 from r1trade.integrations.trl.settings import check_trl_settings
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"

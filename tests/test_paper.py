@@ -25,7 +25,7 @@ from env_fixtures import call, close, hold, long, short
 from rich.console import Console
 
 import r1trade.paper.feed
-from r1trade.agent.loop import Trajectory, Turn
+from r1trade.rollout.loop import Trajectory, Turn
 from r1trade.backtest.model_runs import model_run, plan_windows, play_windows
 from r1trade.backtest.runner import load_context
 from r1trade.cli import main

@@ -2,7 +2,7 @@
 
 import torch
 
-from r1trade.agent.loop import Segment, Trajectory, Turn
+from r1trade.rollout.loop import Segment, Trajectory, Turn
 from r1trade.config import TrainConfig
 from r1trade.rl.advantages import gae
 from r1trade.rl.batch import TrajectoryView, collate, compute_advantages, filter_top_groups, trajectory_scores

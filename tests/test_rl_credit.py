@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from r1trade.agent.loop import Segment, Trajectory, Turn
+from r1trade.rollout.loop import Segment, Trajectory, Turn
 from r1trade.config import load_config
 from r1trade.errors import ConfigError
 from r1trade.rl.advantages import decision_group_advantages, group_relative, turn_discounts

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from r1trade.agent.loading import load_agent_models
+from r1trade.models.loading import load_agent_models
 from r1trade.config import Config, load_config
 from r1trade.rl import trainer as trainer_module
 from r1trade.rl.checkpoint import latest_checkpoint
@@ -197,7 +197,7 @@ def test_advantage_mask_changes_nothing_with_credit_per_turn_and_the_loss_mask(t
 
 def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Path, monkeypatch):
     """d loss / d log π(token) on observation tokens: exactly zero with the loss mask, non-zero without it."""
-    from r1trade.agent import scoring
+    from r1trade.models import scoring
     from r1trade.rl.batch import collate, compute_advantages
 
     captured = []
@@ -229,7 +229,7 @@ def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Pat
 
 
 def test_episode_metrics_count_direction_accuracy_over_decisions_only():
-    from r1trade.agent.loop import Trajectory, Turn
+    from r1trade.rollout.loop import Trajectory, Turn
     from r1trade.rl.episode_metrics import episode_metrics
 
     def turn(right):

@@ -11,9 +11,9 @@ import pytest
 import torch
 from agent_fixtures import tiny_agent  # noqa: F401  (fixture)
 
-from r1trade.agent.engine import common_prefix_length
-from r1trade.agent.loading import load_agent_models
-from r1trade.agent.scoring import backbone_hidden
+from r1trade.models.prefix import common_prefix_length
+from r1trade.models.loading import load_agent_models
+from r1trade.models.scoring import backbone_hidden
 from r1trade.config import load_config
 from r1trade.rl.batch import RolloutBatch, collate, compute_advantages
 from r1trade.rl.trainer import Trainer, _epoch_order

@@ -313,10 +313,10 @@ def show_rollout(
     so `--set seed=N` shows another episode of the same policy."""
     import torch
 
-    from r1trade.agent.engine import sampling_from_config
-    from r1trade.agent.loading import load_agent_models
-    from r1trade.agent.loop import RolloutEngine
-    from r1trade.agent.viewer import render_trajectory
+    from r1trade.rollout.backend import sampling_from_config
+    from r1trade.models.loading import load_agent_models
+    from r1trade.rollout.build import transformers_engine
+    from r1trade.rollout.viewer import render_trajectory
     from r1trade.env.trading_env import make_envs
     from r1trade.rl.checkpoint import load_trained_agent
 
@@ -325,7 +325,7 @@ def show_rollout(
     else:
         resolved = _config(config, set_)
         models = load_agent_models(resolved.model, seed=resolved.seed)
-    engine = RolloutEngine(models.policy, models.tokenizer, sampling_from_config(resolved.rollout, greedy=greedy))
+    engine = transformers_engine(models.policy, models.tokenizer, sampling_from_config(resolved.rollout, greedy=greedy))
     generator = torch.Generator().manual_seed(resolved.seed)
     (trajectory,) = engine.run(make_envs(resolved, 1, split), [resolved.seed], generator=generator)
     console.print(render_trajectory(models.tokenizer, trajectory))
@@ -341,7 +341,7 @@ def warmstart(
     `--set warmstart.policy=random` demonstrates uniformly random trades (format only, entropy over actions kept);
     the default `rule` demonstrates a trend rule. With `--set train.engine=trl` the demonstrations are rendered as
     TRL's GRPOTrainer renders an episode, the env's tool schemas in the system turn, and the model keeps them."""
-    from r1trade.agent.warmstart import warmstart as run_warmstart
+    from r1trade.warmstart import warmstart as run_warmstart
 
     resolved = _config(config, set_)
     run_dir = Path(resolved.output_dir) / f"{resolved.name}-warmstart"
@@ -366,7 +366,7 @@ def action_stats_command(
     out: Annotated[Path | None, typer.Option(help="write the figures as JSON here")] = None,
 ) -> None:
     """A policy on held-out decisions: valid calls, action mix, entropy at the decision token."""
-    from r1trade.agent.loading import load_base_model
+    from r1trade.models.loading import load_base_model
     from r1trade.eval.action_stats import action_stats
     from r1trade.rl.checkpoint import load_trained_agent
 

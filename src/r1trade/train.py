@@ -20,7 +20,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from r1trade.agent.loading import load_agent_models
+from r1trade.models.loading import load_agent_models
 from r1trade.config import Config, load_config
 from r1trade.data.source import asset_configs, asset_labels, load_config_candles, load_config_splits
 from r1trade.data.splits import Splits, describe_fold_split, fold_split, walk_forward_folds

@@ -9,8 +9,8 @@ import logging
 
 import torch
 
-from r1trade.agent.loading import build_tiny_model
-from r1trade.agent.tokenizer import build_tiny_tokenizer
+from r1trade.models.loading import build_tiny_model
+from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.cpu import onednn
 from r1trade.cpu.attention import use_decoding_attention
 from r1trade.cpu.decode_kernel import decode_kernel

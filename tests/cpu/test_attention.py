@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from r1trade.agent.loading import build_tiny_model
-from r1trade.agent.tokenizer import build_tiny_tokenizer
+from r1trade.models.loading import build_tiny_model
+from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.cpu import attention
 from r1trade.cpu.attention import (
     GROUPED_ATTENTION,

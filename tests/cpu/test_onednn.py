@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from r1trade.agent.loading import load_agent_models
+from r1trade.models.loading import load_agent_models
 from r1trade.config import ModelConfig
 from r1trade.cpu import onednn
 from r1trade.cpu.onednn import OneDNNLinear, onednn_available, packed_weights, use_onednn_linears

@@ -41,8 +41,8 @@ from r1trade.env.information import SIGNAL_TOOL, accuracy_by_decision, informati
 from r1trade.errors import DataError
 
 if TYPE_CHECKING:
-    from r1trade.agent.loop import TextEnv, Trajectory
-    from r1trade.agent.models import AgentModels
+    from r1trade.rollout.loop import TextEnv, Trajectory
+    from r1trade.models.agent_models import AgentModels
 
 ACTION_KINDS = ("Long", "Short", "Close", "Hold", "Forced Hold")
 """How a decision ended: a long or short order, close_position, hold, or the env's forced hold."""
@@ -57,7 +57,7 @@ WINDOW_END = "window end"
 
 
 class Player(Protocol):
-    """Plays one episode per env, all as one batch (`r1trade.agent.loop.RolloutEngine` is one)."""
+    """Plays one episode per env, all as one batch (`r1trade.rollout.loop.RolloutEngine` is one)."""
 
     def run(self, envs: Sequence[TextEnv], seeds: Sequence[int | None]) -> list[Trajectory]: ...
 
@@ -203,11 +203,11 @@ def _action_kind(info: dict[str, Any]) -> str:
 
 def run_model(name: str, models: AgentModels, context: ReportContext, *, note: str) -> StrategyRun:
     """`models`' policy as a strategy on the context's split, by the module's protocol (greedy decoding)."""
-    from r1trade.agent.engine import sampling_from_config
-    from r1trade.agent.loop import RolloutEngine
+    from r1trade.rollout.backend import sampling_from_config
+    from r1trade.rollout.build import transformers_engine
 
     sampling = sampling_from_config(context.config.rollout, greedy=True)
-    engine = RolloutEngine(models.policy, models.tokenizer, sampling)
+    engine = transformers_engine(models.policy, models.tokenizer, sampling)
     plan = context_plan(context)
     return model_run(name, play_windows(engine, context, plan), context, plan, note=note)
 

@@ -54,7 +54,7 @@ from r1trade.errors import ConfigError, DataError, UsageError
 from r1trade.outputs import check_report_folder
 
 if TYPE_CHECKING:
-    from r1trade.agent.models import AgentModels
+    from r1trade.models.agent_models import AgentModels
 
 SEEDED_STRATEGIES = frozenset({"random"})
 """Baselines whose targets depend on a seed; they are averaged over `backtest.random_seeds` seeds."""
@@ -228,7 +228,7 @@ def model_players(
     cadence, tools, decoding length) comes from `config`. A model run's trades carry the `reasoning` text of
     the turn that opened them; its extra rows hold the valid-tool-call rate and the action mix.
     """
-    from r1trade.agent.loading import load_agent_models
+    from r1trade.models.loading import load_agent_models
     from r1trade.rl.checkpoint import load_trained_agent
 
     if checkpoint is not None and not checkpoint.is_dir():

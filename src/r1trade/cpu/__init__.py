@@ -5,7 +5,7 @@
 - `decode_kernel` (and its C source `decode_attention.c`): a decoding step's attention by a compiled kernel;
 - `memory`: glibc's malloc keeps freed blocks for the next forward pass.
 Each checks the CPU and the torch build first and falls back to torch's own computation, with one warning.
-The package is a leaf: `model.cpu_kernels` decides whether it runs (`r1trade.agent.loading.cpu_kernels`; with
+The package is a leaf: `model.cpu_kernels` decides whether it runs (`r1trade.models.loading.cpu_kernels`; with
 the switch off it is not even imported), and only the agent's loading and engine call it, through the functions
 here.
 """

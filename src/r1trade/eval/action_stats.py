@@ -25,9 +25,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from r1trade.agent.engine import sampling_from_config
-from r1trade.agent.loop import RolloutEngine, Trajectory, Turn
-from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS
+from r1trade.rollout.backend import sampling_from_config
+from r1trade.rollout.loop import Trajectory, Turn
+from r1trade.rollout.build import transformers_engine
+from r1trade.env.demonstrations import ACTION_PROMPT, TRADE_ACTIONS
 from r1trade.config import Config
 from r1trade.env.information import information_use
 from r1trade.env.trading_env import make_envs
@@ -95,7 +96,7 @@ def action_stats(
     seeds = [seed * 1_000_003 + i for i in range(episodes)]
     runs = {}
     for greedy in (True, False):
-        engine = RolloutEngine(policy, tokenizer, sampling_from_config(config.rollout, greedy=greedy))
+        engine = transformers_engine(policy, tokenizer, sampling_from_config(config.rollout, greedy=greedy))
         generator = torch.Generator().manual_seed(seed)
         runs[greedy] = engine.run(make_envs(config, episodes, split), seeds, generator=generator)
     ids = action_word_ids(tokenizer)

@@ -39,11 +39,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from r1trade.agent.engine import sampling_from_config
-from r1trade.agent.loading import load_agent_models
-from r1trade.agent.loop import ChatTokens, RolloutEngine
-from r1trade.agent.scoring import backbone_hidden, causal_lm
-from r1trade.agent.warmstart import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
+from r1trade.rollout.backend import sampling_from_config
+from r1trade.models.loading import load_agent_models
+from r1trade.models.chat import ChatTokens
+from r1trade.rollout.build import transformers_engine
+from r1trade.models.scoring import backbone_hidden, causal_lm
+from r1trade.env.demonstrations import ACTION_PROMPT, TRADE_ACTIONS, observed_changes, random_turn
 from r1trade.config import Config, load_config
 from r1trade.env.information import SIGNAL_TOOL
 from r1trade.env.trading_env import FixedStart, make_envs
@@ -155,7 +156,7 @@ def _policy_points(config: Config, policy, tokenizer, bars: np.ndarray, split: s
     the window's conversation up to that decision's trade turn's `Action:` (or, where that turn has no `Action:`,
     the context before the turn with `Action:` appended)."""
     envs = make_envs(config, len(bars), split)
-    engine = RolloutEngine(policy, tokenizer, sampling_from_config(config.rollout, greedy=True))
+    engine = transformers_engine(policy, tokenizer, sampling_from_config(config.rollout, greedy=True))
     played = engine.run([FixedStart(env, int(bar), decisions) for env, bar in zip(envs, bars, strict=True)],
                         [config.seed + k for k in range(len(bars))])
     every = config.env.decision_every

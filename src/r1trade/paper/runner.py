@@ -358,8 +358,8 @@ def paper_trade(
     is refused before the model loads: a missing checkpoint, another decision interval than the checkpoint's,
     an unknown gap policy, a bad market or candle file, a journal of another run or a damaged one.
     """
-    from r1trade.agent.engine import sampling_from_config
-    from r1trade.agent.loop import RolloutEngine
+    from r1trade.rollout.backend import sampling_from_config
+    from r1trade.rollout.build import transformers_engine
     from r1trade.rl.checkpoint import load_trained_agent
 
     if on_gap not in ("tell", "skip"):
@@ -391,7 +391,7 @@ def paper_trade(
         opened.append(journal)
         config, models = load_trained_agent(checkpoint)
         sampling = sampling_from_config(config.rollout, greedy=True)
-        player = RolloutEngine(models.policy, models.tokenizer, sampling)
+        player = transformers_engine(models.policy, models.tokenizer, sampling)
         trader = PaperTrader(journal, config, player, feed, max_decisions=max_decisions, on_gap=policy,
                              view=view)
         reason = trader.run()

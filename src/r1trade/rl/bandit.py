@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from r1trade.agent.loop import ChatTokens
+from r1trade.models.chat import ChatTokens
 
 REWARDED = frozenset(string.ascii_letters)
 SYSTEM = "Reply with one word."
@@ -93,7 +93,7 @@ def learning_curve(
 ) -> list[float]:
     """Train on the bandit with the real `Trainer` for `config.train.updates` updates. -> P(rewarded action) at the
     first decision, before the first update and after each one (exact, at the rollout temperature)."""
-    from r1trade.agent.loading import load_agent_models
+    from r1trade.models.loading import load_agent_models
     from r1trade.rl.trainer import Trainer
 
     models = load_agent_models(config.model, seed=config.seed)

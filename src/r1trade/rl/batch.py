@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from r1trade.agent.loop import Trajectory
+from r1trade.rollout.loop import Trajectory
 from r1trade.config import GROUP_ALGORITHMS, TrainConfig
 from r1trade.rl.advantages import (
     decision_group_advantages,

@@ -29,8 +29,8 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
-from r1trade.agent.loading import built_in_code, load_agent_models, model_dtype
-from r1trade.agent.models import AgentModels
+from r1trade.models.loading import built_in_code, load_agent_models, model_dtype
+from r1trade.models.agent_models import AgentModels
 from r1trade.config import Config, ModelConfig, load_config
 from r1trade.errors import CheckpointError, OutputError, UsageError
 from r1trade.outputs import replace_folder

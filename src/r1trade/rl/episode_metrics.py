@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from r1trade.agent.loop import Trajectory
+from r1trade.rollout.loop import Trajectory
 from r1trade.env.information import accuracy_by_decision, information_use
 
 

@@ -26,10 +26,11 @@ from pathlib import Path
 
 import torch
 
-from r1trade.agent.engine import sampling_from_config
-from r1trade.agent.loop import RolloutEngine, TextEnv, Trajectory
-from r1trade.agent.models import AgentModels, reference_context
-from r1trade.agent.scoring import token_logprobs, token_outputs
+from r1trade.rollout.backend import sampling_from_config
+from r1trade.rollout.loop import TextEnv, Trajectory
+from r1trade.rollout.build import transformers_engine
+from r1trade.models.agent_models import AgentModels, reference_context
+from r1trade.models.scoring import token_logprobs, token_outputs
 from r1trade.config import Config, TrainConfig
 from r1trade.errors import TrainingInterrupted
 from r1trade.outputs import append_line
@@ -84,7 +85,7 @@ class Trainer:
         self.distributed.prepare(self.models.policy, trained_critic, self.optimizer, cfg)  # DeepSpeed, if launched so
         self.generator = torch.Generator().manual_seed(self.config.seed)
         self.sampling = sampling_from_config(self.config.rollout)  # the engine samples with this very object
-        self.engine = RolloutEngine(self.models.policy, self.models.tokenizer, self.sampling)
+        self.engine = transformers_engine(self.models.policy, self.models.tokenizer, self.sampling)
         self.state = TrainingState()
         self.grad_norm_mean: float | None = None
 

@@ -24,8 +24,8 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from r1trade.agent.models import AgentModels
-from r1trade.agent.scoring import Critic
+from r1trade.models.agent_models import AgentModels
+from r1trade.models.scoring import Critic
 from r1trade.config import Config
 from r1trade.errors import CheckpointError, OutputError
 from r1trade.outputs import replace_folder

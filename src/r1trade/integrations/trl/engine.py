@@ -28,8 +28,8 @@ from transformers import PreTrainedTokenizerBase, PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import add_response_schema, parse_response
 
-from r1trade.agent.baked_tools import baked_tools, without_baked_tools
-from r1trade.agent.loading import load_named_model
+from r1trade.models.baked_tools import baked_tools, without_baked_tools
+from r1trade.models.loading import load_named_model
 from r1trade.config import Config, ModelConfig
 from r1trade.errors import ConfigError, TrainingInterrupted, UsageError
 from r1trade.integrations.trl.checkpoints import RestoreTraining, load_trl_policy, read_training_states

@@ -229,7 +229,7 @@ def environment_factory(
 
 def tool_schemas(config: Config) -> list[dict[str, Any]]:
     """The JSON schemas of the tools TRL offers the model in `config`'s env, in TRL's order: what its chat template
-    renders in the system turn (`r1trade.agent.baked_tools`)."""
+    renders in the system turn (`r1trade.models.baked_tools`)."""
     from transformers.utils import get_json_schema
 
     env = environment_factory(config)()

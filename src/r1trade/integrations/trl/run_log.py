@@ -21,7 +21,7 @@ from typing import Any
 from accelerate.utils import gather_object
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from r1trade.agent.loop import Trajectory, Turn
+from r1trade.rollout.loop import Trajectory, Turn
 from r1trade.config import Config
 from r1trade.integrations.trl.checkpoints import save_trl_checkpoint
 from r1trade.integrations.trl.environment import Episode

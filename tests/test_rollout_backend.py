@@ -7,8 +7,9 @@ import pytest
 import torch
 from agent_fixtures import ScriptedEnv, tiny_agent  # noqa: F401  (fixture)
 
-from r1trade.agent.engine import SamplingConfig
-from r1trade.agent.loop import ChatTokens, RolloutEngine
+from r1trade.rollout.backend import SamplingConfig
+from r1trade.models.chat import ChatTokens
+from r1trade.rollout.build import transformers_engine
 
 
 def test_without_cache_reuse_the_trajectories_are_the_same(tiny_agent):
@@ -18,7 +19,7 @@ def test_without_cache_reuse_the_trajectories_are_the_same(tiny_agent):
 
     results = []
     for reuse in (True, False):
-        engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=10, greedy=True), reuse_cache=reuse)
+        engine = transformers_engine(model, tokenizer, SamplingConfig(max_new_tokens=10, greedy=True), reuse_cache=reuse)
         results.append(engine.run(envs(), seeds=[0, 1]))
     for cached, fresh in zip(*results):
         assert [s.token_ids for s in cached.segments] == [s.token_ids for s in fresh.segments]
@@ -28,7 +29,7 @@ def test_without_cache_reuse_the_trajectories_are_the_same(tiny_agent):
 
 def test_growing_cache_layer_matches_concatenation():
     """In-place appends (buffer doubling past 256 columns), row selection and repetition equal torch.cat's."""
-    from r1trade.agent.engine import _GrowingLayer
+    from r1trade.rollout.transformers_backend import _GrowingLayer
 
     torch.manual_seed(0)
     layer, keys, values = _GrowingLayer(), [], []
@@ -49,7 +50,7 @@ def test_growing_cache_layer_matches_concatenation():
 
 def _filled_cache(attention: list[list[int]]):
     """A one-layer `_BatchCache` whose key at (row, column) is row·100 + column, value its negative."""
-    from r1trade.agent.engine import _BatchCache
+    from r1trade.rollout.transformers_backend import _BatchCache
 
     rows, length = len(attention), len(attention[0])
     cache = _BatchCache(rows, torch.device("cpu"))
@@ -82,7 +83,7 @@ def test_compaction_is_skipped_while_few_columns_are_dead():
 
 
 def test_a_restarted_row_drops_its_columns_and_starts_from_the_shared_prefix():
-    from r1trade.agent.engine import _Prefix
+    from r1trade.rollout.transformers_backend import _Prefix
 
     cache = _filled_cache([[1, 1, 1, 1], [1, 1, 1, 1]])
     prefix_keys = torch.full((1, 1, 3, 2), -5.0)
@@ -103,11 +104,11 @@ def test_context_resets_in_a_batch_reuse_the_prefix_and_keep_the_cache_small(tin
     """Long episodes with resets: same tokens as without cache reuse, and the cache never outgrows a context."""
     model, tokenizer = tiny_agent
     widths = []
-    engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=8, greedy=True))
+    engine = transformers_engine(model, tokenizer, SamplingConfig(max_new_tokens=8, greedy=True))
     prefill = engine.backend._prefill
     engine.backend._prefill = lambda cache, chunks: (widths.append(cache.attention.shape[1]), prefill(cache, chunks))[1]
     cached = engine.run([ScriptedEnv(turns=9, reset_every=2), ScriptedEnv(turns=9, reset_every=3)], seeds=[0, 1])
-    fresh = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=8, greedy=True), reuse_cache=False).run(
+    fresh = transformers_engine(model, tokenizer, SamplingConfig(max_new_tokens=8, greedy=True), reuse_cache=False).run(
         [ScriptedEnv(turns=9, reset_every=2), ScriptedEnv(turns=9, reset_every=3)], seeds=[0, 1]
     )
     for a, b in zip(cached, fresh):
@@ -120,7 +121,7 @@ def test_context_resets_in_a_batch_reuse_the_prefix_and_keep_the_cache_small(tin
 
 @pytest.mark.cpu_kernels
 def test_with_a_shared_prefix_a_restarted_row_attends_to_its_part_of_it_and_holds_no_copy():
-    from r1trade.agent.engine import _Prefix
+    from r1trade.rollout.transformers_backend import _Prefix
     from r1trade.cpu.attention import SharedPrefix
 
     cache = _filled_cache([[1, 1, 1, 1], [1, 1, 1, 1]])
@@ -141,7 +142,7 @@ def test_a_shared_prefix_gives_the_same_trajectories_as_a_copy_per_row_and_a_sma
     model, tokenizer = tiny_agent
 
     def rollout(shared: bool):
-        engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=8, greedy=True))
+        engine = transformers_engine(model, tokenizer, SamplingConfig(max_new_tokens=8, greedy=True))
         backend = engine.backend
         assert backend.shared_prefix  # the tiny model uses the rollout attention
         backend.shared_prefix = shared

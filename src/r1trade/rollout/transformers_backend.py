@@ -1,11 +1,4 @@
-"""Generation for rollouts: turns sampled from a causal LM, a KV cache kept across turns, a common prefix shared.
-
-The agent loop (`r1trade.agent.loop`) and a generation backend meet at a small contract, `GenerationBackend`: each
-turn the loop hands over every active conversation's whole context as token ids (`Prompt`), and gets back the
-tokens of its next turn, each with a log-prob and a mask bit (`Generation`: 1 sampled by the policy, 0 added by
-the backend). Nothing else crosses: the loop renders chats and steps environments, a backend knows token ids only.
-`TransformersBackend` fulfils it on a transformers model; another backend (vLLM, say) would send the contexts as
-prompts and return the sampled tokens' log-probs.
+"""`TransformersBackend`: a `GenerationBackend` (`r1trade.rollout.backend`) on a transformers causal LM.
 
 `TransformersBackend` decodes all conversations as one batch that shares one KV cache. Rows of the cache are never
 recomputed: a turn's new tokens (the last sampled token, the turn's closing and the next observation) are
@@ -25,72 +18,20 @@ the same way (`common_prefix_length`, `hidden_after_shared_prefix`).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
+
+from r1trade.rollout.backend import Generation, Prompt, SamplingConfig, pad_token_id
 
 if TYPE_CHECKING:
     from r1trade.cpu.attention import SharedPrefix
-
-
-# --------------------------------------------------------------------------- the contract with the agent loop
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One conversation's context before its next turn."""
-
-    key: int
-    """Which conversation: the same key on each of its turns."""
-    token_ids: Sequence[int]
-    """The whole context, ending with the generation prompt. A conversation that is not `fresh` continues the
-    context of its previous turn: that context, the tokens generated for it, then new tokens."""
-    fresh: bool
-    """True on a conversation's first turn and when its context starts over (nothing before it is kept)."""
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One generated turn: token ids, each with a log-prob and a mask bit."""
-
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    """log π(token | context) under the sampling distribution, for mask-1 tokens; 0 elsewhere."""
-    mask: tuple[int, ...]
-    """1 for a token the policy sampled, 0 for one the backend added."""
-    stopped: bool
-    """True when the turn ended by itself (an end-of-turn token or the stop text), False at the token limit."""
-
-
-class GenerationBackend(Protocol):
-    """Generates turns for a batch of conversations whose contexts grow turn by turn."""
-
-    def session(self) -> AbstractContextManager[None]:
-        """Around one batch of conversations: `generate` is called inside, once per turn."""
-
-    def generate(self, prompts: Sequence[Prompt], generator: torch.Generator | None) -> list[Generation]:
-        """The next turn of each conversation in `prompts`, in order; a conversation left out is over."""
-
-
-# --------------------------------------------------------------------------- sampling
-
-
-@dataclass
-class SamplingConfig:
-    """How each turn is sampled: `sampling_from_config` reads it from the `rollout` section."""
-
-    max_new_tokens: int = 96
-    temperature: float = 1.0
-    top_p: float = 1.0
-    greedy: bool = False
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -100,16 +41,6 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     drop = cumulative - sorted_probs > top_p
     sorted_probs = sorted_probs.masked_fill(drop, 0.0)
     return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-
-
-def sampling_from_config(rollout_config: Any, *, greedy: bool = False) -> SamplingConfig:
-    """SamplingConfig from a RolloutConfig section."""
-    return SamplingConfig(
-        max_new_tokens=rollout_config.max_new_tokens,
-        temperature=rollout_config.temperature,
-        top_p=rollout_config.top_p,
-        greedy=greedy,
-    )
 
 
 # --------------------------------------------------------------------------- the KV cache
@@ -310,7 +241,7 @@ class TransformersBackend:
         self.pad_id = pad_token_id(tokenizer)
         self.device = next(model.parameters()).device
         self.cpu = sys.modules.get("r1trade.cpu") if self.device.type == "cpu" else None
-        """The CPU fast paths, where a model on the CPU was loaded with them (`r1trade.agent.loading.cpu_kernels`
+        """The CPU fast paths, where a model on the CPU was loaded with them (`r1trade.models.loading.cpu_kernels`
         alone imports them): this model's linear layers then pack their weights for the rollout, and its attention
         may hold a shared prefix once."""
         self.shared_prefix = reuse_cache and self.cpu is not None and self.cpu.shares_prefix(model)
@@ -483,58 +414,3 @@ def _on_device(generator: torch.Generator | None, device: torch.device) -> torch
         return generator
     seed = int(torch.randint(2**62, (), generator=generator))
     return torch.Generator(device=device).manual_seed(seed)
-
-
-def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
-    """The id rows are padded with: the tokenizer's pad token, else 0."""
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-
-
-
-
-# --------------------------------------------------------------------------- a shared prefix in scoring
-
-
-def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
-    """How many leading columns hold the same real token in every row, leaving each row at least its last column
-    to run on its own (0 if the rows differ at once)."""
-    same = (input_ids == input_ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0)  # (T,)
-    differs = (~same).nonzero()
-    length = int(differs[0]) if len(differs) else input_ids.shape[1]
-    return min(length, input_ids.shape[1] - 1)
-
-
-def hidden_after_shared_prefix(
-    decoder: nn.Module,
-    input_ids: torch.Tensor,  # (B, T)
-    attention_mask: torch.Tensor,  # (B, T)
-    positions: torch.Tensor,  # (B, T)
-    shared: int,
-) -> torch.Tensor:
-    """The decoder's final hidden states (B, T, H), its first `shared` columns (the same in every row) run once.
-
-    Each row then runs only its own tokens, attending to the prefix's keys and values. The result, and its
-    gradients (the prefix's sum over the rows that read it), are those of the plain pass up to float rounding.
-    """
-    rows = input_ids.shape[0]
-    prefix = decoder(
-        input_ids=input_ids[:1, :shared], attention_mask=attention_mask[:1, :shared],
-        position_ids=positions[:1, :shared], use_cache=True,
-    )
-    # every row reads the prefix's keys and values (B, H_kv, P, D): a view, so their gradients add up in it
-    cache = DynamicCache(
-        [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1))
-         for layer in prefix.past_key_values.layers],
-        config=decoder.config,
-    )
-    own = decoder(
-        input_ids=input_ids[:, shared:], attention_mask=attention_mask, position_ids=positions[:, shared:],
-        use_cache=True, **{_cache_keyword(decoder): cache},
-    )
-    prefix_hidden = prefix.last_hidden_state.expand(rows, -1, -1)  # (B, P, H)
-    return torch.cat([prefix_hidden, own.last_hidden_state], dim=1)  # (B, T, H)
-
-
-def _cache_keyword(decoder: nn.Module) -> str:
-    """The name the decoder takes its key/value cache by: `cache` since transformers 5.2x, `past_key_values` before."""
-    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from transformers import PreTrainedTokenizerBase
 
-from r1trade.agent.loop import Trajectory
+from r1trade.rollout.loop import Trajectory
 
 SAMPLED_STYLE = "bold green"
 MASKED_STYLE = "dim"

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from r1trade.agent import loading
-from r1trade.agent.loading import load_agent_models
-from r1trade.agent.loop import ChatTokens
-from r1trade.agent.tokenizer import build_tiny_tokenizer
-from r1trade.agent.warmstart import check_turns_fit, collect_demonstrations, demonstration_turn, longest_turn
+from r1trade.models import loading
+from r1trade.models.loading import load_agent_models
+from r1trade.models.chat import ChatTokens
+from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.env.demonstrations import demonstration_turn
+from r1trade.warmstart import check_turns_fit, collect_demonstrations, longest_turn
 from r1trade.cli import main
 from r1trade.config import ModelConfig, load_config
 from r1trade.env.parsing import parse_tool_call

@@ -16,9 +16,9 @@ import pytest
 import torch
 from agent_fixtures import TEXTS, TOOL_CALL, batch, perturb_trainable, tiny_config
 
-from r1trade.agent import loading
-from r1trade.agent.engine import SamplingConfig
-from r1trade.agent.loading import (
+from r1trade.models import loading
+from r1trade.rollout.backend import SamplingConfig
+from r1trade.models.loading import (
     CPU_KERNELS_ENV,
     build_tiny_model,
     cpu_kernels,
@@ -26,10 +26,10 @@ from r1trade.agent.loading import (
     load_base_model,
     model_dtype,
 )
-from r1trade.agent.loop import RolloutEngine
-from r1trade.agent.models import reference_context, trainable_parameters
-from r1trade.agent.scoring import token_logprobs
-from r1trade.agent.tokenizer import CHATML_TEMPLATE, SMOLLM2_PACKAGE, build_tiny_tokenizer
+from r1trade.rollout.build import transformers_engine
+from r1trade.models.agent_models import reference_context, trainable_parameters
+from r1trade.models.scoring import token_logprobs
+from r1trade.models.tokenizer import CHATML_TEMPLATE, SMOLLM2_PACKAGE, build_tiny_tokenizer
 from r1trade.config import LoraConfig, ModelConfig, load_config
 from r1trade.errors import ConfigError, UsageError
 
@@ -259,17 +259,17 @@ def test_smollm2_converts_once_then_loads_from_the_cache(tmp_path: Path) -> None
 PLAIN_RUN = """
 import json, sys
 import torch
-from r1trade.agent.engine import sampling_from_config
-from r1trade.agent.loading import load_agent_models
-from r1trade.agent.loop import RolloutEngine
-from r1trade.agent.scoring import token_outputs
+from r1trade.rollout.backend import sampling_from_config
+from r1trade.models.loading import load_agent_models
+from r1trade.rollout.build import transformers_engine
+from r1trade.models.scoring import token_outputs
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.rl.batch import collate
 
 config = load_config("smoke", ["env.episode_decisions=2", "rollout.max_new_tokens=8"])
 models = load_agent_models(config.model, seed=0)
-engine = RolloutEngine(models.policy, models.tokenizer, sampling_from_config(config.rollout))
+engine = transformers_engine(models.policy, models.tokenizer, sampling_from_config(config.rollout))
 trajectories = engine.run(make_envs(config, 2, "train"), [0, 1], generator=torch.Generator().manual_seed(0))
 batch = collate(trajectories, pad_id=engine.pad_id)
 with torch.no_grad():
@@ -305,7 +305,7 @@ def test_a_model_loaded_with_the_switch_off_is_plain(tiny_agent_off) -> None:
     models = tiny_agent_off
     assert models.policy.config._attn_implementation == "sdpa"
     assert {type(m) for m in models.policy.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
-    engine = RolloutEngine(models.policy, models.tokenizer, SamplingConfig())
+    engine = transformers_engine(models.policy, models.tokenizer, SamplingConfig())
     assert not engine.backend.shared_prefix  # the prefix is copied into every row instead
 
 

@@ -6,7 +6,7 @@ heads, key/value heads, MLP width, vocabulary size and tied embeddings, so a for
 costs what it costs with the real weights: they measure speed and memory (`benchmarks/gpu_check.py`); they learn
 nothing a benchmark would read.
 
-Their tokenizer is the built-in tiny one (`r1trade.agent.tokenizer`) with Qwen2.5's tool-calling chat template,
+Their tokenizer is the built-in tiny one (`r1trade.models.tokenizer`) with Qwen2.5's tool-calling chat template,
 whatever the shape, so that both training engines run on each (TRL parses no tool calls from SmolLM2's ChatML).
 The model keeps the real vocabulary size, so most ids a random model samples lie past the tiny tokenizer's 586 and
 decode to nothing: its turns carry no valid call, and every episode runs to its last allowed turn.

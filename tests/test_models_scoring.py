@@ -7,9 +7,9 @@ import pytest
 import torch
 from agent_fixtures import TEXTS, TOOL_CALL, batch, perturb_trainable, tiny_config
 
-from r1trade.agent.loading import load_agent_models
-from r1trade.agent.models import trainable_parameters
-from r1trade.agent.scoring import backbone_hidden, token_logprobs, token_logprobs_and_entropy
+from r1trade.models.loading import load_agent_models
+from r1trade.models.agent_models import trainable_parameters
+from r1trade.models.scoring import backbone_hidden, token_logprobs, token_logprobs_and_entropy
 
 
 def naive_logprobs(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""The agent's models as rollouts and training hold them (`AgentModels`, built by `r1trade.agent.loading`), the
+"""The agent's models as rollouts and training hold them (`AgentModels`, built by `r1trade.models.loading`), the
 reference policy the KL term compares with, and the parameters each optimiser group trains."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from r1trade.agent.scoring import Critic
+from r1trade.models.scoring import Critic
 from r1trade.config import ModelConfig
 
 

@@ -6,9 +6,9 @@
   its config, saves it once as safetensors (with tokenizer, chat template and generation config) in the cache
   directory, and every load reads that copy (well under a second from a warm disk).
 - a path to a `.gguf` file: the same conversion.
-- `tiny-random`: a 2-layer Llama built in code with the tokenizer of `r1trade.agent.tokenizer`; nothing on disk.
+- `tiny-random`: a 2-layer Llama built in code with the tokenizer of `r1trade.models.tokenizer`; nothing on disk.
   `tiny-random-qwen` is the same model with Qwen2.5's chat template, whose tool calls TRL parses.
-- `random:<shape>`: a real model's shape with random weights, built in code (`r1trade.agent.random_models`:
+- `random:<shape>`: a real model's shape with random weights, built in code (`r1trade.models.random_models`:
   `random:smollm2-135m`, `random:qwen2.5-0.5b`, `random:qwen2.5-1.5b`), to measure speed and memory.
 - a local model directory or a Hugging Face model id: loaded by transformers, without network access unless
   `download: true`.
@@ -55,10 +55,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from r1trade.agent.models import AgentModels
-from r1trade.agent.random_models import build_random_model, is_random_model, special_ids
-from r1trade.agent.scoring import Critic
-from r1trade.agent.tokenizer import PAD_TOKEN, SMOLLM2, build_tiny_tokenizer, smollm2_gguf_path
+from r1trade.models.agent_models import AgentModels
+from r1trade.models.random_models import build_random_model, is_random_model, special_ids
+from r1trade.models.scoring import Critic
+from r1trade.models.tokenizer import PAD_TOKEN, SMOLLM2, build_tiny_tokenizer, smollm2_gguf_path
 from r1trade.cache import cache_home
 from r1trade.config import ModelConfig
 from r1trade.errors import ConfigError, UsageError

@@ -8,9 +8,11 @@ from collections import Counter
 
 import numpy as np
 
-from r1trade.agent.loop import ChatTokens, Turn
-from r1trade.agent.tokenizer import build_tiny_tokenizer
-from r1trade.agent.warmstart import ACTION_PROMPT, collect_demonstrations, observed_changes, random_turn
+from r1trade.models.chat import ChatTokens
+from r1trade.rollout.loop import Turn
+from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.env.demonstrations import ACTION_PROMPT, observed_changes, random_turn
+from r1trade.warmstart import collect_demonstrations
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError

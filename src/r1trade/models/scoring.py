@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from r1trade.agent.engine import common_prefix_length, hidden_after_shared_prefix
+from r1trade.models.prefix import common_prefix_length, hidden_after_shared_prefix
 
 CriticKind = Literal["value_head", "separate"]
 DEFAULT_CHUNK_SIZE = 512

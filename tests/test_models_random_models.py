@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from r1trade.agent.loading import built_in_code, load_named_model
-from r1trade.agent.random_models import RANDOM_MODELS, random_model_config
-from r1trade.agent.tokenizer import build_tiny_tokenizer
+from r1trade.models.loading import built_in_code, load_named_model
+from r1trade.models.random_models import RANDOM_MODELS, random_model_config
+from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.config import ModelConfig
 from r1trade.errors import ConfigError
 from r1trade.integrations.trl.engine import require_r1trade_calls

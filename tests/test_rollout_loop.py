@@ -8,8 +8,10 @@ from contextlib import nullcontext
 import torch
 from agent_fixtures import ScriptedEnv, tiny_agent  # noqa: F401  (fixture)
 
-from r1trade.agent.engine import Generation, Prompt, SamplingConfig
-from r1trade.agent.loop import ChatTokens, RolloutEngine, Trajectory
+from r1trade.rollout.backend import Generation, Prompt, SamplingConfig
+from r1trade.models.chat import ChatTokens
+from r1trade.rollout.loop import Trajectory
+from r1trade.rollout.build import transformers_engine
 
 
 def decode_masked(tokenizer, trajectory: Trajectory, bit: int) -> str:
@@ -21,7 +23,7 @@ def decode_masked(tokenizer, trajectory: Trajectory, bit: int) -> str:
 
 def run(agent, envs, *, greedy=False, max_new_tokens=12, seed=0):
     model, tokenizer = agent
-    engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=max_new_tokens, greedy=greedy))
+    engine = transformers_engine(model, tokenizer, SamplingConfig(max_new_tokens=max_new_tokens, greedy=greedy))
     generator = torch.Generator().manual_seed(seed)
     return engine.run(envs, seeds=list(range(len(envs))), generator=generator)
 
@@ -98,7 +100,7 @@ def test_greedy_is_the_same_batched_and_one_at_a_time(tiny_agent):
 
     batched = run(tiny_agent, envs(), greedy=True)
     model, tokenizer = tiny_agent
-    engine = RolloutEngine(model, tokenizer, SamplingConfig(max_new_tokens=12, greedy=True))
+    engine = transformers_engine(model, tokenizer, SamplingConfig(max_new_tokens=12, greedy=True))
     for index, env in enumerate(envs()):
         (alone,) = engine.run([env], seeds=[index])
         assert [seg.token_ids for seg in alone.segments] == [seg.token_ids for seg in batched[index].segments]
@@ -130,7 +132,7 @@ def test_same_generator_seed_same_trajectories(tiny_agent):
 def test_viewer_marks_sampled_and_masked_tokens(tiny_agent):
     from rich.console import Console
 
-    from r1trade.agent.viewer import MASKED_STYLE, SAMPLED_STYLE, render_tokens, render_trajectory
+    from r1trade.rollout.viewer import MASKED_STYLE, SAMPLED_STYLE, render_tokens, render_trajectory
 
     _, tokenizer = tiny_agent
     (trajectory,) = run(tiny_agent, [ScriptedEnv(turns=2)])
@@ -168,7 +170,7 @@ class ScriptedBackend:
 
 def test_any_backend_that_keeps_the_contract_drives_the_loop(tiny_agent):
     model, tokenizer = tiny_agent
-    engine = RolloutEngine(model, tokenizer, SamplingConfig())
+    engine = transformers_engine(model, tokenizer, SamplingConfig())
     turn = tokenizer("<tool_call>hold</tool_call>", add_special_tokens=False)["input_ids"]
     engine.backend = backend = ScriptedBackend(turn, forced=2)
     envs = [ScriptedEnv(turns=2), ScriptedEnv(turns=3, reset_every=2)]

@@ -1,1 +1,0 @@
-"""The agent: language models (policy, critic, reference, tokenizer) and the multi-turn rollout engine."""
