@@ -7,6 +7,9 @@ Both play the same episodes (same seeds, greedy decoding). Run: `python benchmar
 `--dtype bfloat16` casts the model; `--copy-prefix` makes (b) copy the system prompt's cache into every row instead
 of sharing one copy; `--cpu-kernels off` runs without r1trade's CPU fast paths (`model.cpu_kernels`: linear layers
 by torch's default BLAS, SDPA attention, the system prompt's cache copied into every row).
+`--against-previous`: (b) with the decode step before it moved onto the device (`previous_engine.py`) and with
+today's, alternating `--repeats` times; checks that both sample the same tokens and prints `speedup: N.Nx`.
+`--set KEY=VALUE` overrides the config (e.g. `--config demo_tools --set model.name_or_path=DIR`).
 """
 
 from __future__ import annotations
@@ -21,21 +24,53 @@ from transformers import AttentionInterface
 
 from r1trade.rollout.backend import SamplingConfig
 from r1trade.models.loading import load_agent_models
-from r1trade.rollout.loop import RolloutEngine
-from r1trade.rollout.build import transformers_engine
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
+from r1trade.rollout.build import transformers_engine
+from r1trade.rollout.loop import RolloutEngine, Trajectory
 from r1trade.runtime import cpu_header
+
+
+def play(engine: RolloutEngine, config, seeds: list[int], batch: int) -> tuple[list[Trajectory], float]:
+    """The episodes of `seeds`, played `batch` environments at a time, and the seconds they took."""
+    trajectories, started = [], time.perf_counter()
+    for start in range(0, len(seeds), batch):
+        part = seeds[start : start + batch]
+        trajectories += engine.run(make_envs(config, len(part)), part, generator=torch.Generator().manual_seed(0))
+    return trajectories, time.perf_counter() - started
 
 
 def measure(engine: RolloutEngine, config, seeds: list[int], batch: int) -> tuple[int, float]:
     """Sampled tokens and seconds to play `seeds` episodes, `batch` environments at a time."""
-    tokens, started = 0, time.perf_counter()
-    for start in range(0, len(seeds), batch):
-        part = seeds[start : start + batch]
-        for trajectory in engine.run(make_envs(config, len(part)), part):
-            tokens += trajectory.num_action_tokens
-    return tokens, time.perf_counter() - started
+    trajectories, seconds = play(engine, config, seeds, batch)
+    return sum(t.num_action_tokens for t in trajectories), seconds
+
+
+def against_previous(models, config, sampling: SamplingConfig, seeds: list[int], repeats: int) -> None:
+    """Today's engine against the previous one on the same episodes, alternating (AB BA ...) so that a drifting
+    machine load hits both alike; the sampled tokens must be the same."""
+    from previous_engine import PREVIOUS, previous_engine
+
+    engines = {"previous": previous_engine(models.policy, models.tokenizer, sampling),
+               "today": transformers_engine(models.policy, models.tokenizer, sampling)}
+    seconds: dict[str, list[float]] = defaultdict(list)
+    played = {}
+    for name, engine in engines.items():  # warm-up (kernels built, weights packed)
+        play(engine, config, seeds[:1], 1)
+    for repeat in range(repeats):
+        for name in (list(engines) if repeat % 2 == 0 else list(engines)[::-1]):
+            trajectories, took = play(engines[name], config, seeds, len(seeds))
+            seconds[name].append(took)
+            played[name] = [[s.token_ids for s in t.segments] for t in trajectories]
+    tokens = sum(t.num_action_tokens for t in trajectories)
+    same = played["previous"] == played["today"]
+    for name in engines:
+        mean = sum(seconds[name]) / repeats
+        label = f"{name} ({PREVIOUS})" if name == "previous" else name
+        print(f"{label:>18}: {tokens} tokens, {mean:6.2f} s a rollout = {tokens / mean:7.1f} tok/s "
+              f"(runs: {', '.join(f'{s:.2f}' for s in seconds[name])})", flush=True)
+    print(f"same tokens: {'yes' if same else 'NO'}")
+    print(f"speedup: {sum(seconds['previous']) / sum(seconds['today']):.2f}x")
 
 
 def profile_model_calls(engine: RolloutEngine) -> dict[str, float]:
@@ -94,13 +129,24 @@ def main() -> None:
     parser.add_argument("--copy-prefix", action="store_true", help="(b) copies the system prompt's cache per row")
     parser.add_argument("--cpu-kernels", choices=["auto", "off"], default="auto",
                         help="model.cpu_kernels: off for torch's default BLAS and SDPA attention")
+    parser.add_argument("--against-previous", action="store_true", help="(b) with the previous engine and today's")
+    parser.add_argument("--repeats", type=int, default=4, help="with --against-previous: rollouts per engine")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE config override")
     args = parser.parse_args()
-    overrides = [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false"]
+    overrides = [f"env.episode_decisions={args.decisions}", "model.lora.enabled=false", *args.overrides]
     config = load_config(args.config, [*overrides, f"model.cpu_kernels={args.cpu_kernels}"])
     models = load_agent_models(config.model, seed=0)
     models.policy.to(getattr(torch, args.dtype))
-    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=True)
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=args.temperature == 0,
+                              temperature=args.temperature or 1.0)
     seeds = list(range(args.envs))
+    if args.against_previous:
+        print(cpu_header())
+        print(f"{args.config} {' '.join(args.overrides)}: {args.envs} envs, {args.decisions} decisions, "
+              f"{args.max_new_tokens} new tokens, temperature {args.temperature}, {torch.get_num_threads()} threads")
+        against_previous(models, config, sampling, seeds, args.repeats)
+        return
     slow = transformers_engine(models.policy, models.tokenizer, sampling, reuse_cache=False)
     fast = transformers_engine(models.policy, models.tokenizer, sampling, reuse_cache=True)
     fast.backend.shared_prefix = fast.backend.shared_prefix and not args.copy_prefix

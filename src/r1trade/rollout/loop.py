@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from r1trade.models.chat import ChatTokens
-from r1trade.rollout.backend import Generation, GenerationBackend, Prompt
+from r1trade.rollout.backend import Generation, GenerationBackend, Prompt, pad_token_id
 
 STOP_TEXT = "</tool_call>"
 """A turn ends once its text holds this (one tool call per turn), or at an end-of-turn token."""
@@ -107,6 +107,7 @@ class RolloutEngine:
         self.backend = backend
         self.tokenizer = tokenizer
         self.chat = ChatTokens(tokenizer)
+        self.pad_id = pad_token_id(tokenizer)
 
     def run(
         self,

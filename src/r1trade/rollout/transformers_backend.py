@@ -29,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 
 from r1trade.rollout.backend import Generation, Prompt, SamplingConfig, pad_token_id
+from r1trade.rollout.stops import StopMatcher
 
 if TYPE_CHECKING:
     from r1trade.cpu.attention import SharedPrefix
@@ -220,6 +221,8 @@ class _BatchCache:
 class TransformersBackend:
     """A `GenerationBackend` on a transformers causal LM: all conversations as one batch over one KV cache."""
 
+    DEVICE_READ_EVERY = 8
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -235,11 +238,16 @@ class TransformersBackend:
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling
-        self.stop_ids = stop_ids
-        self.stop_text = stop_text
         self.reuse_cache = reuse_cache
         self.pad_id = pad_token_id(tokenizer)
         self.device = next(model.parameters()).device
+        self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
+        self.stop_text = StopMatcher.for_tokenizer(tokenizer, stop_text, self.device)
+        self.read_every = 1 if self.device.type == "cpu" else self.DEVICE_READ_EVERY
+        """Decoding steps between host reads of "have all rows stopped?": free on the CPU, where it is read every
+        step (so no step is wasted and the random draws are those of a step-by-step decode); on an accelerator each
+        read waits for the queued steps, so it is read every few steps and the steps past the last stop are thrown
+        away."""
         self.cpu = sys.modules.get("r1trade.cpu") if self.device.type == "cpu" else None
         """The CPU fast paths, where a model on the CPU was loaded with them (`r1trade.models.loading.cpu_kernels`
         alone imports them): this model's linear layers then pack their weights for the rollout, and its attention
@@ -328,11 +336,13 @@ class TransformersBackend:
         cache.next_position = one.next_position.repeat(rows)
         return cache, prefix, [c[shared:] for c in chunks]
 
-    def _forward(self, cache: _BatchCache, ids: torch.Tensor, new_attention: torch.Tensor) -> torch.Tensor:
-        """Run new columns `ids` (R, M) through the model on top of the cache; return last-column logits (R, V)."""
+    def _forward(self, cache: _BatchCache, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        """Run new columns `ids` (R, M) through the model on top of the cache, `attention` (R, L + M) being the
+        cache's mask with the new columns' appended; return the last column's logits (R, V)."""
+        new_attention = attention[:, -ids.shape[1] :]  # (R, M)
         positions = cache.next_position[:, None] + new_attention.cumsum(dim=1) - 1  # (R, M)
         positions = positions.clamp(min=0)
-        cache.attention = torch.cat([cache.attention, new_attention], dim=1)
+        cache.attention = attention
         shared = {"shared_prefix": cache.shared} if cache.shared is not None else {}
         out = self.model(
             input_ids=ids,
@@ -354,38 +364,49 @@ class TransformersBackend:
         for row, chunk in enumerate(chunks):
             ids[row, width - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
             attention[row, width - len(chunk) :] = 1
-        return self._forward(cache, ids.to(self.device), attention.to(self.device))  # to a GPU: one copy, not one a row
+        attention = torch.cat([cache.attention, attention.to(self.device)], dim=1)  # to a GPU: one copy, not one a row
+        return self._forward(cache, ids.to(self.device), attention)
 
     def _decode(
         self, cache: _BatchCache, logits: torch.Tensor, generator: torch.Generator | None
     ) -> tuple[list[list[int]], list[list[float]], list[bool]]:
-        """Sample one turn for every row; a row stops at a token of `stop_ids` or at `stop_text`.
+        """Sample one turn for every row; a row stops at a token of `stop_ids` or once its text holds the stop text.
 
-        The last sampled token of each row is not fed to the model here: it opens the row's next prefill chunk.
+        Everything per step stays on the device: the sampled tokens and log-probs go into preallocated (R, N)
+        buffers, the stop checks are a table lookup (`StopMatcher`), a stopped row is fed padding with attention 0,
+        and the attention mask grows in place. The host reads whether all rows have stopped every `read_every`
+        steps, and the turns once at the end. The last sampled token of each row is not fed to the model here: it
+        opens the row's next prefill chunk.
         """
-        rows = logits.shape[0]
-        sampled: list[list[int]] = [[] for _ in range(rows)]
-        logprobs: list[list[float]] = [[] for _ in range(rows)]
-        stopped = [False] * rows
-        for step in range(self.sampling.max_new_tokens):
-            tokens, token_logprobs = self._sample(logits, generator)
-            tokens, token_logprobs = tokens.tolist(), token_logprobs.tolist()  # from a GPU: one copy, not one a row
-            for row in range(rows):
-                if stopped[row]:
-                    continue
-                sampled[row].append(tokens[row])
-                logprobs[row].append(token_logprobs[row])
-                stopped[row] = self._is_stop(sampled[row])
-            if all(stopped) or step == self.sampling.max_new_tokens - 1:
+        rows, limit = logits.shape[0], self.sampling.max_new_tokens
+        tokens = torch.full((rows, limit), self.pad_id, dtype=torch.long, device=self.device)  # (R, N)
+        logprobs = torch.zeros((rows, limit), dtype=torch.float32, device=self.device)  # (R, N)
+        lengths = torch.zeros(rows, dtype=torch.long, device=self.device)  # (R,)
+        stopped = torch.zeros(rows, dtype=torch.bool, device=self.device)  # (R,)
+        matched = torch.zeros(rows, dtype=torch.long, device=self.device)  # (R,) progress through the stop text
+        width = cache.attention.shape[1]
+        attention = cache.attention.new_zeros(rows, width + limit)  # (R, L + N), filled column by column
+        attention[:, :width] = cache.attention
+        for step in range(limit):
+            token, token_logprob = self._sample(logits, generator)  # (R,), (R,)
+            live = ~stopped
+            tokens[:, step] = token
+            logprobs[:, step] = token_logprob
+            lengths += live
+            matched = self.stop_text.advance(matched, token)
+            stopped |= live & (torch.isin(token, self.stop_ids) | (matched == self.stop_text.full))
+            if step == limit - 1 or (step % self.read_every == self.read_every - 1 and bool(stopped.all())):
                 break
-            feed = [[self.pad_id if stopped[row] else sampled[row][-1]] for row in range(rows)]
-            attention = [[0 if stopped[row] else 1] for row in range(rows)]
-            logits = self._forward(
-                cache,
-                torch.tensor(feed, dtype=torch.long, device=self.device),  # (R, 1)
-                torch.tensor(attention, dtype=torch.long, device=self.device),  # (R, 1)
-            )
-        return sampled, logprobs, stopped
+            attention[:, width + step] = (~stopped).long()
+            feed = torch.where(stopped, self.pad_id, token)[:, None]  # (R, 1)
+            logits = self._forward(cache, feed, attention[:, : width + step + 1])
+        cache.attention = attention[:, : width + step]
+        lengths, tokens, logprobs = lengths.tolist(), tokens.tolist(), logprobs.tolist()  # one copy from a GPU
+        return (
+            [row[:n] for row, n in zip(tokens, lengths, strict=True)],
+            [row[:n] for row, n in zip(logprobs, lengths, strict=True)],
+            stopped.tolist(),
+        )
 
     def _sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Next tokens (R,) and their log-probs under softmax(logits / temperature) (R,)."""
@@ -399,12 +420,6 @@ class TransformersBackend:
                 probs = _top_p_filter(probs, self.sampling.top_p)
             tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
-
-    def _is_stop(self, sampled: list[int]) -> bool:
-        if sampled[-1] in self.stop_ids:
-            return True
-        tail = self.tokenizer.decode(sampled[-8:], skip_special_tokens=False)
-        return self.stop_text in tail
 
 
 def _on_device(generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
