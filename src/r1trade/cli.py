@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -16,11 +17,12 @@ from rich.table import Table
 
 from r1trade import __version__
 from r1trade.config import Config, load_config
-from r1trade.errors import R1TradeError, TrainingInterrupted, UsageError
-from r1trade.outputs import write_file
+from r1trade.errors import DataError, R1TradeError, TrainingInterrupted, UsageError
+from r1trade.outputs import resolve_output, write_file
 
 if TYPE_CHECKING:
     from r1trade.backtest.assets import AssetsOutcome
+    from r1trade.backtest.report import ReportContext, StrategyRun
     from r1trade.backtest.runner import BacktestOutcome
 
 app = typer.Typer(
@@ -204,21 +206,41 @@ def import_csv(
     symbol: Annotated[
         str | None, typer.Option(help="pair, e.g. BTC/USDT (default: from the file, else UNKNOWN)")
     ] = None,
+    date_format: Annotated[
+        str | None,
+        typer.Option(
+            "--date-format",
+            help="read the times with these strftime codes, e.g. '%d/%m/%Y %H:%M' (default: detected; dates such "
+            "as 03/04/2024 whose order of day and month the data cannot tell are refused without it)",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="replace an existing --out file (only with candles that pass validation)")
+    ] = False,
 ) -> None:
-    """Convert a CSV of candles into the canonical schema (Parquet or CSV); the layout is detected."""
+    """Convert a CSV of candles into the canonical schema (Parquet or CSV); the layout is detected.
+
+    An existing --out is replaced only with --force, and only by candles that pass validation: the new file is
+    written beside it, flushed and read back before it takes the old one's place."""
     from r1trade.data.csv_import import import_candle_csv
-    from r1trade.data.store import save_candles, timeframe_to_timedelta, validate_candles
+    from r1trade.data.store import check_candle_suffix, save_candles, timeframe_to_timedelta, validate_candles
+    from r1trade.outputs import check_output_file
 
     if timeframe is not None:
         timeframe_to_timedelta(timeframe)  # a bad value is a usage error before any work
-    if out.resolve() == source.resolve():
+    check_candle_suffix(out)
+    if resolve_output(out) == resolve_output(source):
         raise UsageError(f"--out '{out}' is the CSV being read: write the candles to another file")
-    imported = import_candle_csv(source, fmt=fmt, timeframe=timeframe, symbol=symbol)
+    target = check_output_file(out, force=force)
+    imported = import_candle_csv(source, fmt=fmt, timeframe=timeframe, symbol=symbol, date_format=date_format)
     candles = imported.candles
     report = validate_candles(candles)  # before writing, so a file that cannot be described leaves nothing
-    save_candles(candles, out)  # a temporary file renamed into place: never half-written
     console.print(f"read {source} as {imported.description}", markup=False, highlight=False)
     console.print(render_report(out, candles.attrs, report))
+    if not report.ok and target.exists():
+        details = "; ".join(f"{problem.kind}: {problem.count:,} row(s)" for problem in report.errors)
+        raise DataError(f"'{out}' was kept as it was: the imported candles fail validation ({details})")
+    save_candles(candles, target)  # a temporary file, flushed, read back and renamed into place
     if not report.ok:
         console.print(
             "[red]the file was written as read; training and backtests refuse it until the source is fixed[/red]"
@@ -408,7 +430,12 @@ def train(
     set_: SetOption = None,
     resume: Annotated[Path | None, typer.Option(help="run directory to continue from its last checkpoint")] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="start over in a run directory that holds an earlier run (deletes it)")
+        bool,
+        typer.Option(
+            "--force",
+            help="start over in a run directory that holds an earlier run (deletes what the run wrote, all or "
+            "nothing; a symbolic link there is removed as a link, never what it points to)",
+        ),
     ] = False,
 ) -> None:
     """Train the agent with multi-turn RL (PPO, GRPO, Dr. GRPO, RLOO or REINFORCE++); writes runs/<name>/
@@ -421,10 +448,10 @@ def train(
         if not (resume / "config.yaml").is_file():
             raise UsageError(f"cannot resume: '{resume}' is not a run directory (no config.yaml)")
         resolved = load_config(resume / "config.yaml", set_ or [])
-        run_dir = resume
+        run_dir = resolve_output(resume)
     else:
         resolved = _config(config, set_)
-        run_dir = Path(resolved.output_dir) / resolved.name
+        run_dir = resolve_output(Path(resolved.output_dir) / resolved.name)  # `..` and links followed
     checkpoint = train_run(resolved, run_dir, resume=resume is not None, force=force, console=console)
     if resolved.train.walk_forward is None:
         console.print(f"final checkpoint: [bold]{checkpoint}[/bold]")
@@ -542,6 +569,38 @@ def ladder_summary_command(
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
+@app.command("overfitting")
+def overfitting_command(
+    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated or multi_decision")],
+    ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
+    prefix: Annotated[str, typer.Option(help="only variants whose name starts with this")] = "",
+    blocks: Annotated[int, typer.Option(help="S: the even number of blocks CSCV cuts the decisions into")] = 16,
+) -> None:
+    """Probability of backtest overfitting (CSCV) over a level's runs, from the per-decision returns of the
+    reports their ladder records name."""
+    from r1trade.backtest.ladder_overfitting import ladder_overfitting
+    from r1trade.eval.ladder import LEVELS
+
+    if level not in LEVELS:
+        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+    result = ladder_overfitting(ladder, level, prefix=prefix, blocks=blocks)
+    table = Table(title=f"{level} runs (trials) · {ladder}", title_justify="left")
+    for column in ("variant", "seed", "report", "decisions"):
+        table.add_column(column, justify="right" if column == "decisions" else "left")
+    for run in result.runs:
+        seed = "—" if run.seed is None else str(run.seed)
+        table.add_row(escape(run.variant), seed, escape(str(run.report)), f"{len(run.returns.returns):,}")
+    console.print(table)
+    found = result.overfitting
+    console.print(
+        f"PBO = {found.probability:.3f}: over the C({found.blocks}, {found.blocks // 2}) = {len(found.logits):,} "
+        f"splits of the last {found.periods:,} decisions into {found.blocks} blocks, the run with the best "
+        f"in-sample Sharpe ratio ranked at or below the out-of-sample median of the {found.trials} runs in "
+        f"{100 * found.probability:.1f} % of them (Bailey, Borwein, López de Prado & Zhu 2017).",
+        markup=False, highlight=False,
+    )
+
+
 def _spread_text(spread: dict | None, field: str) -> str:
     """`mean ± sd [min, max]`, in percent for the rates."""
     if spread is None:
@@ -631,11 +690,19 @@ def backtest(
             help="variants compared on this data, for the deflated Sharpe ratio (default: number of models)"
         ),
     ] = None,
+    allow_timeframe_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-timeframe-change",
+            help="play --checkpoint on candles of another bar length than it trained on (refused without it)",
+        ),
+    ] = False,
 ) -> None:
     """Backtest baselines (and a checkpoint) on held-out data: metrics with 95 % intervals, trades, HTML.
 
     A config with several candle files (data.paths) is backtested on each, then pooled."""
     from r1trade.backtest.runner import run_backtest
+    from r1trade.data.source import check_checkpoint_timeframe
 
     unknown = [name for name in baseline or [] if name != BASE_MODEL]
     if unknown:
@@ -654,6 +721,8 @@ def backtest(
     # quoted as JSON strings (valid YAML), so a path such as `null` or `1e3` stays a string
     overrides = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
     resolved = _config(config, [*(set_ or []), *overrides])
+    if checkpoint is not None and not allow_timeframe_change:
+        check_checkpoint_timeframe(checkpoint, resolved)
     options = {
         "strategy": strategy, "checkpoint": checkpoint, "base_model": bool(baseline), "models": model or (),
         "out_dir": out, "force": force, "walk_forward": walk_forward, "span": walk_forward_span,
@@ -689,6 +758,7 @@ def _show_backtest(outcome: BacktestOutcome, resolved: Config, *, label: str = "
         console.print(line, markup=False, highlight=False, style="bold")
     if any(run.ci95 for run in outcome.runs):
         console.print(uncertainty_note(outcome.runs, outcome.context), markup=False, highlight=False)
+    _show_verdicts(outcome.runs, outcome.context)
     if outcome.context.too_short_to_annualise:
         console.print(outcome.context.annualisation_note, markup=False, highlight=False)
     for run in outcome.runs:
@@ -696,6 +766,20 @@ def _show_backtest(outcome: BacktestOutcome, resolved: Config, *, label: str = "
             console.print(f"{run.name}: {run.note}", markup=False, highlight=False)
     files = ", ".join(path.name for path in outcome.files)
     _wrote(f"{outcome.out_dir}/: {files}")
+
+
+def _show_verdicts(runs: list[StrategyRun], context: ReportContext) -> None:
+    """The Verdicts section: PSR and minimum track record per run, then SPA and StepM per benchmark."""
+    from r1trade.backtest.report import comparison_tables, superiority_lines, verdict_runs, verdicts_note
+
+    shown = verdict_runs(runs)
+    if not shown:
+        return
+    for table in comparison_tables(shown, title="Verdicts", width=console.width):
+        console.print(table)
+    for line in superiority_lines(runs):
+        console.print(line, markup=False, highlight=False, style="bold")
+    console.print(verdicts_note(runs, context), markup=False, highlight=False)
 
 
 def _show_pooled_assets(assets: AssetsOutcome, resolved: Config) -> None:
@@ -718,9 +802,131 @@ def _show_pooled_assets(assets: AssetsOutcome, resolved: Config) -> None:
         if any(run.ci95 for run in assets.pooled):
             note = uncertainty_note(assets.pooled, assets.pooled_context)
             console.print(note, markup=False, highlight=False)
+        _show_verdicts(assets.pooled, assets.pooled_context)
         console.print(POOLED_ASSETS_NOTE, markup=False, highlight=False)
     files = ", ".join(path.name for path in assets.files)
     _wrote(f"{assets.out_dir}/: {files}")
+
+
+MetricOption = Annotated[
+    str, typer.Option(help="the agent's report row to maximise (higher is better), e.g. 'Return [%]'")
+]
+EveryOption = Annotated[
+    int, typer.Option(min=1, help="only the checkpoints whose step is a multiple of N, and the last")
+]
+
+
+@app.command("select-step")
+def select_step_command(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `r1trade train`")],
+    split: Annotated[str, typer.Option(help="the split to choose on: validation (or train), never test")]
+    = "validation",
+    metric: MetricOption = LADDER_COLUMNS["direction_accuracy"],
+    every: EveryOption = 1,
+) -> None:
+    """Choose a run's step without the test split: each checkpoint backtested greedily on --split, the highest
+    --metric kept (the earliest of equal steps); writes RUN/selected_step.json."""
+    from r1trade.backtest.step_selection import SELECTION_FILE, select_step
+
+    def show(step: int, value: float) -> None:
+        console.print(f"step {step:>4}: {metric} {value:.2f}", markup=False, highlight=False)
+
+    selection = select_step(run_dir, split=split, metric=metric, every=every, on_step=show)
+    best = selection.figures[selection.step]
+    console.print(
+        f"selected step-{selection.step}: {metric} {best:.2f} on the {split} split ({selection.checkpoint})",
+        markup=False, highlight=False, soft_wrap=True,
+    )
+    _wrote(str(run_dir / SELECTION_FILE))
+
+
+@app.command("seeds")
+def seeds_command(
+    config: Annotated[str, typer.Option("--config", "-c", help="config name in configs/ or a YAML path")],
+    seeds: Annotated[str, typer.Option(help="seeds to run: a range 0-4, a list 0,2,5 or one seed")] = "0-4",
+    set_: SetOption = None,
+    warm: Annotated[
+        bool | None,
+        typer.Option("--warmstart/--no-warmstart",
+                     help="warm-start each seed first (default: when the config has a warmstart section)"),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="the seeds' folder (default: <output_dir>/<name>-seeds)"),
+    ] = None,
+    metric: MetricOption = LADDER_COLUMNS["direction_accuracy"],
+    every: EveryOption = 1,
+    ladder: Annotated[Path | None, typer.Option(help="also add a record per seed to this ladder")] = None,
+    level: Annotated[str | None, typer.Option(help="with --ladder: planted_edge, btc, tool_gated or "
+                                                   "multi_decision")] = None,
+    variant: Annotated[str | None, typer.Option(help="with --ladder: the records' variant (default: the "
+                                                     "--out folder's name)")] = None,
+) -> None:
+    """Does a recipe learn? One config over several seeds, one after another: warm start, RL, the step chosen
+    on the validation split, a test backtest beside the warm start; then each held-out figure's mean, sd,
+    worst seed and IQM. Run again after a stop: finished stages are skipped, unfinished training resumes."""
+    from r1trade.eval.ladder import LEVELS
+    from r1trade.seeds import (
+        add_ladder_records,
+        default_out_dir,
+        ladder_model,
+        parse_seeds,
+        run_seeds,
+        wants_warmstart,
+    )
+
+    chosen = parse_seeds(seeds)
+    if (ladder is None) != (level is None):
+        raise UsageError("--ladder and --level go together: give both to add ladder records, or neither")
+    if level is not None and level not in LEVELS:
+        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+    resolved = _config(config, set_)
+    out = out or default_out_dir(resolved)
+    outcome = run_seeds(config, set_ or [], chosen, warm=warm, out_dir=out, metric=metric, every=every,
+                        console=console)
+    title = f"{config} · seeds {seeds} · step chosen on validation by {metric} · held out: test split"
+    console.print(_seeds_table(outcome, title=escape(title)))
+    _wrote(str(outcome.file))
+    if ladder is not None:
+        flags = [*(["--warmstart"] if warm else ["--no-warmstart"] if warm is False else []),
+                 *(part for item in set_ or [] for part in ("--set", item))]
+        command = shlex.join(["r1trade", "seeds", "--config", config, "--seeds", seeds, *flags,
+                              "--out", str(out), "--metric", metric, "--every", str(every)])
+        model = ladder_model(resolved, warm=wants_warmstart(resolved, warm))
+        records = add_ladder_records(
+            outcome, ladder, level=level,  # type: ignore[arg-type]
+            variant=variant or out.name, model=model, command=command,
+        )
+        console.print(f"{ladder}: {len(records)} records", markup=False, highlight=False)
+
+
+def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
+    """Each seed's chosen step and figures, then each figure's mean, sd, worst seed and IQM (short headers:
+    the full names are in seeds.json)."""
+    from r1trade.eval.ladder import SIGNAL_ROW
+    from r1trade.seeds import ACCURACY, FIGURES, GAIN, INFO_CALLS, RETURN
+
+    headers = {ACCURACY: "accuracy [%]", GAIN: "gain [pp]", RETURN: "return [%]",
+               INFO_CALLS: "info calls [%]", SIGNAL_ROW: "get_changes [%]"}
+
+    def cell(value: float | None, figure: str) -> str:
+        return "—" if value is None else f"{value:+.1f}" if figure in (GAIN, RETURN) else f"{value:.1f}"
+
+    table = Table(title=title, title_justify="left", caption="accuracy: direction accuracy; gain: its points "
+                  "over the model RL started from (the warm start)", caption_justify="left")
+    table.add_column("seed")
+    table.add_column("step", justify="right")
+    for figure in FIGURES:
+        table.add_column(escape(headers[figure]), justify="right")
+    for result in outcome.results:
+        table.add_row(str(result.seed), str(result.step), *(cell(result.figures[f], f) for f in FIGURES))
+    spreads = [outcome.spreads[figure] for figure in FIGURES]
+    table.add_section()
+    for label, field in (("mean", "mean"), ("sd", "sd"), ("worst", "worst"), ("IQM", "iqm")):
+        values = [None if spread is None else getattr(spread, field) for spread in spreads]
+        table.add_row(label, "", *(cell(v, figure) for v, figure in zip(values, FIGURES, strict=True)))
+    table.add_row("worst seed", "", *("—" if s is None else str(s.worst_seed) for s in spreads))
+    return table
 
 
 # --------------------------------------------------------------------------- paper trading
@@ -741,7 +947,9 @@ def paper(
         Path | None, typer.Option(help="a candle file played as live candles instead of an exchange")
     ] = None,
     speed: Annotated[
-        float | None, typer.Option(help="with --replay: play at this many times real time (default: at once)")
+        float | None,
+        typer.Option(help="with --replay: play at this many times real time, waiting at most a day between "
+                          "candles (default: at once)"),
     ] = None,
     max_decisions: Annotated[
         int | None, typer.Option(min=1, help="stop once the journal holds this many settled decisions")
@@ -753,7 +961,7 @@ def paper(
         str, typer.Option(help="missing candles before a decision: tell (the agent is told) or skip it")
     ] = "tell",
     poll_seconds: Annotated[
-        float, typer.Option(help="with --exchange: seconds between polls while a candle is late")
+        float, typer.Option(help="with --exchange: seconds between polls while a candle is late (1 to 3600)")
     ] = 10.0,
 ) -> None:
     """Paper (dry-run) trading: the agent trades newly closed candles with simulated fills, into a journal.

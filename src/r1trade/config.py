@@ -43,6 +43,16 @@ class Section(BaseModel):
 Seed = Annotated[int, Field(ge=0, lt=2**32)]
 """A random seed: numpy and torch both take 0 to 2**32 - 1."""
 
+MAX_COUNT = 10_000_000
+"""Upper bound of the counts that cost only time or are capped by the data (updates, steps, bars of a window):
+far above any real run, it makes a typo or a hostile value (1e30, which numpy cannot hold) one line of error.
+Sizes that cost memory (batches, tokens, resamples) have tighter bounds of their own."""
+MAX_BATCH = 4_096
+"""Most episodes, windows or examples one batch may hold: each row holds a prompt and its key-value cache."""
+MAX_BOOTSTRAP_RESAMPLES = 10_000
+"""The bootstrap holds about 32 bytes per resample and decision at once (10,000 resamples of 1,000 decisions:
+about 320 MB); 2,000 already settle a 95 % interval's ends."""
+
 TIMESTAMP_RANGE = (datetime(1678, 1, 1, tzinfo=UTC), datetime(2262, 1, 1, tzinfo=UTC))
 """Candle times must fit pandas' nanosecond timestamps (1677-09-21 to 2262-04-11)."""
 
@@ -83,7 +93,7 @@ class SplitConfig(Section):
     test_end: datetime | None = Field(
         None, description="last timestamp of the test split (method=dates; default: the last bar)"
     )
-    embargo_bars: int = Field(0, ge=0, description="bars dropped between consecutive splits")
+    embargo_bars: int = Field(0, ge=0, le=MAX_COUNT, description="bars dropped between consecutive splits")
 
     @model_validator(mode="after")
     def _check(self) -> SplitConfig:
@@ -112,7 +122,7 @@ class SyntheticConfig(Section):
 
     kind: Literal["planted_edge"] = Field("planted_edge", description="the generator (only planted_edge so far)")
     seed: Seed = 0
-    bars: int = Field(20_000, ge=16, description="bars to generate")
+    bars: int = Field(20_000, ge=16, le=2_000_000, description="bars to generate (at most 2,000,000)")
     timeframe: str = Field("1h", description="bar length, e.g. 1h, 15m, 1d")
     start: datetime = Field(datetime(2024, 1, 1), description="first bar's open time (UTC)")
     symbol: str = "SYN/USD"
@@ -123,7 +133,9 @@ class SyntheticConfig(Section):
     garch_beta: float = Field(0.88, ge=0, lt=1, description="volatility clustering: persistence")
     p: float = Field(0.8, ge=0, le=1, description="probability that an interval's sign repeats the previous one's")
     move: float = Field(0.01, gt=0, description="mean absolute log-change of an interval (0.01 = about 1 %)")
-    interval: int | None = Field(None, ge=1, description="bars per planted interval (default: env.decision_every)")
+    interval: int | None = Field(
+        None, ge=1, le=MAX_COUNT, description="bars per planted interval (default: env.decision_every)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticConfig:
@@ -198,14 +210,16 @@ class EnvConfig(Section):
         1.0, gt=0, description="largest position, fraction of equity; larger orders are clipped (risk penalty)"
     )
     max_leverage: float = Field(2.0, ge=1, description="largest size an order may name; above it is invalid")
-    volatility_bars: int = Field(24, ge=2, description="bars of log-returns behind the volatility estimate")
-    decision_every: int = Field(4, ge=1, description="bars between two decisions")
-    episode_decisions: int = Field(12, ge=1, description="decisions per episode")
-    warmup_bars: int = Field(100, ge=1, description="history bars before the first decision")
-    max_tool_calls: int = Field(3, ge=1, description="tool calls per decision before a forced hold")
-    history_turns: int = Field(2, ge=1, description="past turns kept in full after a context reset")
-    max_context_turns: int = Field(6, ge=1, description="turns a context may hold before it is reset")
-    max_candles: int = Field(12, ge=1, description="most bars get_candles returns (~45 tokens a bar)")
+    volatility_bars: int = Field(
+        24, ge=2, le=MAX_COUNT, description="bars of log-returns behind the volatility estimate"
+    )
+    decision_every: int = Field(4, ge=1, le=MAX_COUNT, description="bars between two decisions")
+    episode_decisions: int = Field(12, ge=1, le=10_000, description="decisions per episode")
+    warmup_bars: int = Field(100, ge=1, le=MAX_COUNT, description="history bars before the first decision")
+    max_tool_calls: int = Field(3, ge=1, le=64, description="tool calls per decision before a forced hold")
+    history_turns: int = Field(2, ge=1, le=256, description="past turns kept in full after a context reset")
+    max_context_turns: int = Field(6, ge=1, le=256, description="turns a context may hold before it is reset")
+    max_candles: int = Field(12, ge=1, le=1_000, description="most bars get_candles returns (~45 tokens a bar)")
     indicators: list[str] = ["rsi_14", "macd_hist", "bb_pctb", "atr_14", "sma_20", "ema_50", "volume_z"]
     observe_indicators: list[str] = Field(
         ["rsi_14", "sma_20"], description="indicators shown in every observation (a subset of `indicators`)"
@@ -265,13 +279,13 @@ class RewardsConfig(Section):
         "looking first; a forced hold earns none, so calling tools until the budget runs out does not pay)"
     )
     pattern: float = Field(0.05, description="× +1 if the stated view matched the forward return, -1 if not")
-    pattern_horizon_bars: int = Field(4, ge=1)
+    pattern_horizon_bars: int = Field(4, ge=1, le=MAX_COUNT)
     pattern_threshold: float = Field(0.002, ge=0, description="forward return beyond which a view counts as right")
     risk_no_stop: float = Field(-0.02, description="opening or adding to a position without a stop-loss")
     risk_oversize: float = Field(-0.02, description="an order above max_position_frac (it is clipped)")
     risk_turnover: float = Field(-0.02, description="trading while turnover exceeds max_turnover")
     max_turnover: float = Field(3.0, gt=0, description="traded notional / equity allowed over turnover_window")
-    turnover_window: int = Field(6, ge=1, description="decisions over which turnover is summed")
+    turnover_window: int = Field(6, ge=1, le=MAX_COUNT, description="decisions over which turnover is summed")
 
 
 # --------------------------------------------------------------------------- model, rollout, training
@@ -281,8 +295,8 @@ class LoraConfig(Section):
     """LoRA adapters (peft) on the policy and on a separate critic's backbone; `enabled: false` = full fine-tuning."""
 
     enabled: bool = True
-    r: int = Field(16, ge=1, description="adapter rank")
-    alpha: int = Field(32, ge=1, description="the adapter's update is scaled by alpha / r")
+    r: int = Field(16, ge=1, le=4_096, description="adapter rank")
+    alpha: int = Field(32, ge=1, le=MAX_COUNT, description="the adapter's update is scaled by alpha / r")
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter input (only in train mode)")
     target_modules: list[str] = Field(
         ["q_proj", "k_proj", "v_proj", "o_proj"],
@@ -365,10 +379,10 @@ class ModelConfig(Section):
 class RolloutConfig(Section):
     """How episodes are sampled from the policy."""
 
-    num_envs: int = Field(8, ge=1)
-    max_new_tokens: int = Field(96, ge=1)
+    num_envs: int = Field(8, ge=1, le=MAX_BATCH)
+    max_new_tokens: int = Field(96, ge=1, le=32_768, description="at most 32,768: the longest context of the models")
     temperature: float = Field(1.0, ge=0)
-    temperature_from: dict[Annotated[int, Field(ge=1)], Annotated[float, Field(ge=0)]] = Field(
+    temperature_from: dict[Annotated[int, Field(ge=1, le=MAX_COUNT)], Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict, description="training only: another sampling temperature from a given update on, e.g. "
         "{34: 0.5} samples updates 1-33 at `temperature` and 34 on at 0.5 (the evaluation commands sample at "
         "`temperature`)"
@@ -382,6 +396,16 @@ class RolloutConfig(Section):
 
 
 GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo")
+TRL_ARGS_REFUSED = {
+    "trust_remote_code": "it lets transformers run the Python of a model folder",
+    "model_init_kwargs": "TRL's from_pretrained arguments can let it run a model folder's Python "
+    "(trust_remote_code, code_revision) or fetch compiled kernels (use_kernels, attn_implementation)",
+}
+"""`train.trl_args` keys refused: GRPOConfig arguments that could make TRL load code. r1trade sets them itself
+(`trust_remote_code` false everywhere)."""
+TRL_CHAT_TEMPLATE_REFUSED = "chat_template"
+"""A `train.trl_args.chat_template_kwargs` entry refused: a template of the config's own, which TRL would render in
+place of the model's checked one."""
 
 
 class TrainConfig(Section):
@@ -401,7 +425,8 @@ class TrainConfig(Section):
     )
     trl_args: dict[str, Any] = Field(
         {}, description="engine trl: further GRPOConfig arguments, e.g. {use_vllm: true, vllm_mode: colocate, bf16:"
-        " true}; the ones r1trade maps from its own keys are refused"
+        " true}; the ones r1trade maps from its own keys are refused, and those that could load code"
+        " (trust_remote_code, model_init_kwargs, chat_template_kwargs.chat_template)"
     )
     algorithm: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp"] = "ppo"
     credit: Literal["turn", "token"] = Field(
@@ -410,17 +435,27 @@ class TrainConfig(Section):
     decision_advantage_coef: float = Field(
         0.0, ge=0, description="weight of the per-decision group baseline term (grpo, dr_grpo, rloo)"
     )
-    updates: int = Field(20, ge=1, description="rollout + optimisation rounds")
-    group_size: int = Field(1, ge=1, description="episodes per start state (group baselines need >= 2)")
+    step_groups: bool = Field(
+        False, description="GiGPO (arXiv 2505.10978), with a group algorithm: add to each turn w x its discounted "
+        "return against those of the turns that faced the same anchor state (same window, decision index, side of "
+        "the position and tool answers so far in the decision), normalised as the episode term; a lone state adds 0"
+    )
+    step_group_weight: float = Field(1.0, ge=0, description="w, the weight of the step-group term (GiGPO uses 1)")
+    updates: int = Field(20, ge=1, le=MAX_COUNT, description="rollout + optimisation rounds")
+    group_size: int = Field(
+        1, ge=1, le=MAX_BATCH, description="episodes per start state (group baselines need >= 2)"
+    )
     learning_rate: float = Field(1e-5, gt=0)
     critic_learning_rate: float = Field(1e-4, gt=0)
-    warmup_updates: int = Field(0, ge=0, description="linear learning-rate warm-up")
-    epochs: int = Field(2, ge=1, description="passes over each rollout batch")
+    warmup_updates: int = Field(0, ge=0, le=MAX_COUNT, description="linear learning-rate warm-up")
+    epochs: int = Field(2, ge=1, le=1_000, description="passes over each rollout batch")
     minibatch_size: int = Field(
-        4, ge=1, description="token segments per optimiser step (a context reset starts a new segment: with"
+        4, ge=1, le=MAX_COUNT, description="token segments per optimiser step (a context reset starts a new segment: with"
         " env.max_context_turns 1, one per decision); the training metrics count the steps, optimizer_steps"
     )
-    micro_batch_size: int = Field(2, ge=1, description="segments per forward/backward (gradient accumulation)")
+    micro_batch_size: int = Field(
+        2, ge=1, le=MAX_BATCH, description="segments per forward/backward (gradient accumulation)"
+    )
     gamma: float = Field(1.0, ge=0, le=1)
     turn_gamma: float | None = Field(
         None, ge=0, le=1, description="credit per turn: the discount between turns of one decision (an "
@@ -445,15 +480,39 @@ class TrainConfig(Section):
         "while its trade learns to read the answer. None: kl_coef on every token"
     )
     look_kl_updates: int | None = Field(
-        None, ge=1, description="look_kl_coef holds for updates 1 to this one, kl_coef on every token after: the "
+        None, ge=1, le=MAX_COUNT, description="look_kl_coef holds for updates 1 to this one, kl_coef on every token after: the "
         "anchor can come off once the tool choice has settled. None: every update"
     )
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
     loss_mask: bool = Field(True, description="losses over sampled tokens only (False: every valid token)")
     advantage_mask: bool = Field(True, description="GAE over sampled tokens only (False: over every token)")
     top_group_frac: float = Field(1.0, gt=0, le=1, description="StarPO-S: keep groups with the largest reward std")
+    dynamic_sampling: bool = Field(
+        False, description="DAPO (arXiv 2503.14476): drop the groups whose episode rewards do not vary at all (their "
+        "group advantages are 0) before top_group_frac; a batch in which no group varies is kept whole"
+    )
+    loss_aggregation: Literal["token", "sequence"] = Field(
+        "token", description="token: the policy terms are a mean over every loss token of the minibatch (DAPO); "
+        "sequence: each episode's tokens averaged first, every episode weighing the same (GRPO's 1/|o|)"
+    )
+    entropy_control: Literal["none", "clip_cov", "kl_cov"] = Field(
+        "none", description="arXiv 2505.22617, on the loss tokens whose log-prob and advantage covary most, per "
+        "micro-batch: kl_cov adds kl_cov_coef x |logp - logp_old| on the top entropy_control_frac of them; clip_cov "
+        "stops the gradient of entropy_control_frac of them drawn within clip_cov_bounds"
+    )
+    entropy_control_frac: float = Field(
+        0.002, gt=0, le=1, description="share of a micro-batch's loss tokens entropy_control acts on (at least one; "
+        "the paper: 0.002 for kl_cov, 0.0002 for clip_cov)"
+    )
+    kl_cov_coef: float = Field(1.0, ge=0, description="kl_cov: the coefficient of |logp - logp_old|")
+    clip_cov_bounds: tuple[float, float] = Field(
+        (1.0, 5.0), description="clip_cov: the covariance band (low, high) its tokens are drawn from"
+    )
     max_grad_norm: float = Field(1.0, gt=0)
-    logprob_chunk: int = Field(256, ge=1, description="tokens per chunk when computing log-probs")
+    logprob_chunk: int = Field(
+        256, ge=1, le=8_192, description="tokens per chunk when computing log-probs (at most 8,192: a chunk's logits"
+        " take chunk × vocabulary × 4 bytes)"
+    )
     old_logprobs: Literal["rollout", "recompute"] = Field(
         "rollout", description="PPO's old log-probs: as the rollout sampled them (same weights, within 1e-4 of a "
         "fresh pass; saves the scoring pass's policy forward when there is no critic), or recomputed"
@@ -466,9 +525,9 @@ class TrainConfig(Section):
         "rows", description="how an epoch shuffles the batch: row by row, or group by group (a group's rows stay "
         "side by side, so a micro-batch of them runs the group's shared first observation once with share_prefix)"
     )
-    checkpoint_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(10, ge=1, le=MAX_COUNT)
     walk_forward: int | None = Field(
-        None, ge=2, description="train K agents, one per walk-forward fold, into runs/<name>/fold-<k>/: fold k's "
+        None, ge=2, le=10_000, description="train K agents, one per walk-forward fold, into runs/<name>/fold-<k>/: fold k's "
         "agent on every bar before its fold's test window less data.split.embargo_bars (an expanding window); the "
         "test windows are the K folds `backtest --walk-forward K` cuts, from backtest.split or, with "
         "walk_forward_span all, from every bar after the train split"
@@ -488,6 +547,13 @@ class TrainConfig(Section):
         """Free-form values escape `allow_inf_nan`, so they are checked here."""
         if not _finite(trl_args):
             raise ValueError("values must be finite numbers (no inf or nan)")
+        refused = sorted(set(trl_args) & set(TRL_ARGS_REFUSED))
+        if refused:
+            raise ValueError(f"{refused[0]} is refused: {TRL_ARGS_REFUSED[refused[0]]}; r1trade runs no model code")
+        template_kwargs = trl_args.get("chat_template_kwargs")
+        if isinstance(template_kwargs, dict) and TRL_CHAT_TEMPLATE_REFUSED in template_kwargs:
+            raise ValueError("chat_template_kwargs.chat_template is refused: TRL renders the model's own chat "
+                             "template, which r1trade has checked")
         return trl_args
 
     @model_validator(mode="after")
@@ -498,8 +564,15 @@ class TrainConfig(Section):
             raise ValueError(f"decision_advantage_coef needs a group algorithm {GROUP_ALGORITHMS}")
         if self.micro_batch_size > self.minibatch_size:
             raise ValueError("micro_batch_size must not exceed minibatch_size")
-        if self.turn_gamma is not None and (self.credit != "turn" or self.algorithm in GROUP_ALGORITHMS):
-            raise ValueError("turn_gamma needs credit: turn with algorithm ppo or reinforce_pp")
+        if self.step_groups and self.algorithm not in GROUP_ALGORITHMS:
+            raise ValueError(f"step_groups needs a group algorithm {GROUP_ALGORITHMS}")
+        if self.dynamic_sampling and self.group_size < 2:
+            raise ValueError("dynamic_sampling needs group_size >= 2")
+        if self.clip_cov_bounds[0] >= self.clip_cov_bounds[1]:
+            raise ValueError("clip_cov_bounds must be (low, high) with low < high")
+        grouped = self.algorithm in GROUP_ALGORITHMS and not self.step_groups
+        if self.turn_gamma is not None and (self.credit != "turn" or grouped):
+            raise ValueError("turn_gamma needs credit: turn with algorithm ppo or reinforce_pp, or step_groups")
         if self.look_kl_updates is not None and self.look_kl_coef is None:
             raise ValueError("look_kl_updates needs look_kl_coef")
         return self
@@ -528,7 +601,7 @@ class WarmstartConfig(Section):
         " (the largest allowed size, no stop, no take-profit: only the direction varies, fewer tokens to learn)",
     )
     max_info_calls: int = Field(
-        0, ge=0, description="the random policy's information calls before each trade: 0 to this many, drawn "
+        0, ge=0, le=64, description="the random policy's information calls before each trade: 0 to this many, drawn "
         "uniformly, each a distinct information tool drawn at random"
     )
     restate: Literal["all", "none"] = Field(
@@ -544,14 +617,14 @@ class WarmstartConfig(Section):
         [], description="information tools every random demonstration calls first, before its random draws (a "
         "diagnostic: with [get_changes] every trade has the signal in view)"
     )
-    episodes: int = Field(16, ge=1, description="demonstration episodes played on the train split")
+    episodes: int = Field(16, ge=1, le=MAX_COUNT, description="demonstration episodes played on the train split")
     episode_decisions: int | None = Field(
-        2, ge=1, description="decisions per demonstration episode (None: env.episode_decisions); each episode is one"
+        2, ge=1, le=10_000, description="decisions per demonstration episode (None: env.episode_decisions); each episode is one"
         " example, so shorter episodes mean shorter examples and faster steps"
     )
-    max_steps: int = Field(10, ge=1, description="optimiser steps")
-    batch_size: int = Field(2, ge=1)
-    gradient_accumulation: int = Field(2, ge=1)
+    max_steps: int = Field(10, ge=1, le=MAX_COUNT, description="optimiser steps")
+    batch_size: int = Field(2, ge=1, le=MAX_BATCH)
+    gradient_accumulation: int = Field(2, ge=1, le=MAX_COUNT)
     learning_rate: float = Field(1e-3, gt=0)
 
 
@@ -561,7 +634,7 @@ class BacktestConfig(Section):
     split: Literal["train", "validation", "test"] = "test"
     strategies: list[str] = ["buy_and_hold", "sma_crossover", "rsi_mean_reversion", "random"]
     random_seeds: int = Field(
-        5, ge=1, description="seeds averaged for the random baseline (seed, seed + 1, ...; `seed` is the run's)"
+        5, ge=1, le=1_000, description="seeds averaged for the random baseline (seed, seed + 1, ...; `seed` is the run's)"
     )
     params: dict[str, dict[str, Any]] = Field(
         {}, description="parameter overrides per baseline, e.g. {sma_crossover: {fast: 10, slow: 30}}"
@@ -573,18 +646,30 @@ class BacktestConfig(Section):
         " windows show them as — (0: always)",
     )
     agent_windows: int = Field(
-        8, ge=1,
+        8, ge=1, le=MAX_BATCH,
         description="contiguous windows of whole decisions a model's evaluation is cut into and played as one"
         " batch; each starts flat with the initial cash and their returns are compounded",
     )
     max_decisions: int | None = Field(
-        None, ge=1, description="cap on a model's decisions (quick runs): only the first part of the split is evaluated"
+        None, ge=1, le=MAX_COUNT, description="cap on a model's decisions (quick runs): only the first part of the split is evaluated"
     )
     bootstrap_block: int = Field(
-        10, ge=1,
+        10, ge=1, le=MAX_COUNT,
         description="mean block length, in decisions, of the stationary bootstrap behind the 95 % intervals",
     )
-    bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples for the 95 % intervals")
+    bootstrap_resamples: int = Field(
+        2000, ge=100, description="bootstrap resamples for the 95 % intervals and the SPA and StepM tests (at most "
+        f"{MAX_BOOTSTRAP_RESAMPLES:,})"
+    )
+    ladder: str = Field(
+        "docs/results/ladder.json",
+        description="the ladder of learning runs (docs/results/ladder.json) whose records count as trials",
+    )
+    ladder_level: str | None = Field(
+        None,
+        description="the ladder level whose market this config trades: a model's deflated Sharpe ratio counts "
+        "that level's records as trials (null: the models of the report)",
+    )
     report_dir: str = Field("reports", description="reports go to <report_dir>/<name>-<split>[-<strategy>]/")
 
     @field_validator("params")
@@ -594,6 +679,18 @@ class BacktestConfig(Section):
         if not _finite(params):
             raise ValueError("parameters must be finite numbers (no inf or nan)")
         return params
+
+    @field_validator("bootstrap_resamples")
+    @classmethod
+    def _bounded_resamples(cls, resamples: int) -> int:
+        """The bootstrap's memory grows with resamples × decisions (`MAX_BOOTSTRAP_RESAMPLES`)."""
+        if resamples > MAX_BOOTSTRAP_RESAMPLES:
+            raise ValueError(
+                f"at most {MAX_BOOTSTRAP_RESAMPLES:,}: the bootstrap holds about 32 bytes per resample and decision "
+                "at once (10,000 resamples of 1,000 decisions: about 320 MB), and 2,000 already settle a 95 % "
+                "interval's ends"
+            )
+        return resamples
 
 
 class Config(Section):

@@ -26,12 +26,16 @@ from r1trade.backtest.report import (
     ReportContext,
     StrategyRun,
     markdown_table,
+    spa_document,
     strategy_entry,
     uncertainty_note,
     verdict_lines,
+    verdicts_document,
+    verdicts_markdown,
 )
 from r1trade.backtest.runner import BacktestOutcome, default_report_dir, run_backtest
 from r1trade.backtest.uncertainty import run_sample, with_uncertainty
+from r1trade.backtest.verdicts import Trials, count_trials
 from r1trade.backtest.walk_forward import pooled_run
 from r1trade.config import Config
 from r1trade.data.source import asset_configs, asset_labels
@@ -104,8 +108,8 @@ def run_asset_backtests(
         for asset, label, folder in zip(assets, labels, folders, strict=True)
     ]
     models = {run.name for run in reports[0].outcome.runs if run.actions}  # only a model's run has actions
-    trials = len(models) if trials is None else trials
-    pooled = pool_assets(reports, models=models, trials=trials)
+    counted = count_trials(config, models=len(models), given=trials)
+    pooled = pool_assets(reports, models=models, trials=counted)
     files = write_folder(out_dir, {
         "metrics.json": json.dumps(assets_document(config, reports, pooled), indent=2) + "\n",
         "metrics.md": assets_markdown(reports, pooled),
@@ -115,7 +119,7 @@ def run_asset_backtests(
 
 
 def pool_assets(
-    reports: Sequence[AssetReport], *, models: set[str], trials: int
+    reports: Sequence[AssetReport], *, models: set[str], trials: Trials
 ) -> list[StrategyRun] | None:
     """Each strategy's runs on every asset (or fold of an asset) chained into one run with its intervals (see
     POOLED_ASSETS_NOTE); None when the assets' bar lengths differ."""
@@ -133,7 +137,9 @@ def pool_assets(
         decisions = [run_sample(run, piece.context) for run, piece in zip(parts, pieces, strict=True)]
         if all(sample is not None for sample in decisions):
             samples[name] = DecisionSample.concat(decisions)
-    return with_uncertainty(runs, samples, contexts[0], models=models, trials=trials)
+    return with_uncertainty(
+        runs, samples, contexts[0], models=models, trials=trials.count, trials_source=trials.source
+    )
 
 
 def _pieces(outcome: BacktestOutcome) -> list[FoldReport]:
@@ -176,6 +182,8 @@ def assets_document(
             "strategies": {run.name: strategy_entry(run) for run in pooled},
             "notes": {run.name: run.note for run in pooled if run.note},
             **({"uncertainty": uncertainty_note(pooled, context)} if any(run.ci95 for run in pooled) else {}),
+            **({"verdicts": verdicts_document(pooled, context)} if any(run.psr for run in pooled) else {}),
+            **({"spa": spa} if (spa := spa_document(pooled)) else {}),
         }
     document["assets"] = [_asset_entry(report) for report in reports]
     return document
@@ -202,6 +210,7 @@ def assets_markdown(reports: Sequence[AssetReport], pooled: list[StrategyRun] | 
     else:
         notes = [*verdict_lines(pooled), POOLED_ASSETS_NOTE]
         text = f"# Pooled over {len(reports)} assets\n\n" + markdown_table(pooled, note="\n\n".join(notes))
+        text += verdicts_markdown(pooled, reports[0].outcome.context)
     for report in reports:
         index, runs = report.outcome.context.candles.index, report.outcome.runs
         text += (

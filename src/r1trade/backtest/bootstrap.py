@@ -47,6 +47,10 @@ class DecisionSample:
     def __len__(self) -> int:
         return len(self.hits)
 
+    def excess_returns(self, rf_per_bar: float = 0.0) -> np.ndarray:
+        """(D,) each decision's return over its bars less the risk-free growth over them."""
+        return self.growth - (1.0 + rf_per_bar) ** self.bars
+
     @staticmethod
     def concat(samples: Sequence[DecisionSample]) -> DecisionSample:
         """The decisions of several samples (walk-forward folds) in order, as one sample."""

@@ -19,6 +19,10 @@ metrics.json's `decisions` and the HTML page's notes (`ReportContext.decision_no
 Each strategy's 95 % intervals (`StrategyRun.ci95`, `r1trade.backtest.uncertainty`), a model's comparison with
 buy-and-hold and its verdict (`StrategyRun.vs_buy_and_hold`) and its deflated Sharpe ratio are shown as rows
 below the metrics and stored beside them in metrics.json; `uncertainty_note` says how they were computed.
+The verdicts that count every trial (`r1trade.backtest.verdicts`: each run's probabilistic Sharpe ratio and
+minimum track record, the SPA and StepM tests against the benchmarks) follow in a "Verdicts" section
+(`verdict_runs`, `superiority_lines`, `verdicts_note`) and in metrics.json (`psr`, `min_track_record` per
+strategy; `spa` per benchmark).
 A walk-forward backtest (`FoldReport`) shows the pooled runs first and then each fold's.
 """
 
@@ -46,7 +50,8 @@ from rich.table import Table
 
 from r1trade import __version__
 from r1trade.backtest.metrics import annualisation_note, drawdown, too_short_to_annualise
-from r1trade.backtest.significance import DeflatedSharpe
+from r1trade.backtest.significance import DeflatedSharpe, MinTrackRecord, ProbabilisticSharpe
+from r1trade.backtest.superiority import SuperiorityTest
 from r1trade.config import Config
 from r1trade.data.source import describe_source
 from r1trade.data.splits import Splits
@@ -86,7 +91,8 @@ class StrategyRun:
     hits: per scored decision, 1 if its direction was right, else 0 (for the random baseline, the share of its
     seeds that were right); actions: a model's trade action per decision. ci95: 95 % intervals per metric;
     vs_buy_and_hold: a model's paired intervals of its differences with buy-and-hold, their point values
-    (`difference`) and the `verdict` on the `verdict_on` metric; deflated_sharpe: see `significance`.
+    (`difference`) and the `verdict` on the `verdict_on` metric; deflated_sharpe, psr, min_track_record: see
+    `significance`; superiority: for a benchmark run, the SPA and StepM tests of the other runs against it.
     checkpoint: the checkpoint a trained agent's policy came from (in a walk-forward, each fold's own).
     """
 
@@ -101,6 +107,9 @@ class StrategyRun:
     ci95: dict[str, tuple[float, float]] = field(default_factory=dict)
     vs_buy_and_hold: dict[str, Any] | None = None
     deflated_sharpe: DeflatedSharpe | None = None
+    psr: ProbabilisticSharpe | None = None
+    min_track_record: MinTrackRecord | None = None
+    superiority: SuperiorityTest | None = None
     checkpoint: Path | None = None
 
     @property
@@ -246,7 +255,7 @@ def write_report(
     png = equity_png(runs, context)
     notes = [context.annualisation_note] if context.too_short_to_annualise else []
     notes += [*verdict_lines(runs), *([uncertainty_note(runs, context)] if _has_intervals(runs) else [])]
-    markdown = markdown_table(runs, note="\n\n".join(notes) or None)
+    markdown = markdown_table(runs, note="\n\n".join(notes) or None) + verdicts_markdown(runs, context)
     for fold in folds:
         markdown += f"\n## Fold {fold.number}: {_period(fold.context.candles)}\n\n" + markdown_table(
             fold.runs, note="\n\n".join(verdict_lines(fold.runs)) or None
@@ -302,6 +311,96 @@ def uncertainty_note(runs: Sequence[StrategyRun], context: ReportContext) -> str
             "trials, given the returns' skewness and kurtosis; above 0.95 it is significant at 95 %."
         )
     return text
+
+
+def verdict_runs(runs: Sequence[StrategyRun]) -> list[StrategyRun]:
+    """The runs with a track record, their rows replaced by the Verdicts section's (for the tables'
+    renderers): decisions, per-decision Sharpe ratio, PSR, minimum track record and, per benchmark, StepM's
+    finding."""
+    tests = [run.superiority for run in runs if run.superiority is not None]
+    shown = []
+    for run in runs:
+        psr, record = run.psr, run.min_track_record
+        if psr is None or record is None:
+            continue
+        rows: dict[str, Any] = {
+            "Decisions": f"{psr.observations:,}",
+            "Sharpe per Decision": _three_decimals(psr.sharpe),
+            "PSR (Sharpe > 0)": _three_decimals(psr.probability),
+            "Min. Track Record [decisions]": _whole_text(record.periods),
+            "Min. Track Record [years]": record.years,
+        }
+        for test in tests:
+            rows[f"StepM vs {test.benchmark} ({100 * test.size:g} %)"] = (
+                "benchmark" if run.name == test.benchmark else "better" if run.name in test.superior
+                else "tied" if run.name in test.tied else "not shown better"
+            )
+        shown.append(StrategyRun(name=run.name, equity=run.equity, trades=run.trades, metrics=rows))
+    return shown
+
+
+def superiority_lines(runs: Sequence[StrategyRun]) -> list[str]:
+    """A line per benchmark: SPA's p-value over every other run, and the runs StepM finds better."""
+    lines = []
+    for test in (run.superiority for run in runs if run.superiority is not None):
+        level = f"{100 * (1 - test.size):g} %"
+        found = "the best of them beats it" if test.pvalue < test.size else "none is shown to beat it"
+        better = ", ".join(test.superior) or "none"
+        tied = f" ({', '.join(test.tied)}: the benchmark's returns, left out)" if test.tied else ""
+        count = f"{len(test.candidates)} run{'s' if len(test.candidates) > 1 else ''}"
+        lines.append(
+            f"SPA against {test.benchmark} over {count}{tied}: p = {test.pvalue:.3f}, {found} at {level} "
+            f"once all are counted; StepM finds better: {better}."
+        )
+    return lines
+
+
+def verdicts_note(runs: Sequence[StrategyRun], context: ReportContext) -> str:
+    """How the Verdicts section's figures were computed, and the trials the deflated Sharpe ratios count."""
+    settings = context.config.backtest
+    records = [run.min_track_record for run in runs if run.min_track_record is not None]
+    tests = [run.superiority for run in runs if run.superiority is not None]
+    confidence = f"{100 * records[0].confidence:g} %" if records else "95 %"
+    size = f"{100 * tests[0].size:g} %" if tests else "5 %"
+    text = (
+        "Per-decision excess returns (a decision's return over its bars less the risk-free rate). PSR "
+        "(Bailey & López de Prado 2012): the probability that the true per-decision Sharpe ratio exceeds 0, "
+        "given the returns' skewness and kurtosis. Min. Track Record: the decisions needed for the PSR to "
+        f"reach {confidence} (∞ when the Sharpe ratio is not above 0), and the years they span in a market "
+        "open 24/7 at the run's mean bars per decision; the record is long enough when Decisions reaches it. "
+        "SPA (Hansen 2005) and "
+        "StepM (Romano & Wolf 2005), from the arch package: every other run against the benchmark on "
+        "per-decision losses (minus the excess return), stationary bootstrap of mean block "
+        f"{settings.bootstrap_block} decisions, {settings.bootstrap_resamples:,} resamples, seed "
+        f"{context.config.seed}; SPA's p-value accounts for the best run having been picked after the fact, "
+        f"StepM names the runs better than the benchmark at {size} family-wise error."
+    )
+    deflated = [run.deflated_sharpe for run in runs if run.deflated_sharpe is not None]
+    if deflated:
+        source = f": {deflated[0].trials_source}" if deflated[0].trials_source else ""
+        text += f" Deflated Sharpe Ratio: {deflated[0].trials} trials{source}."
+    return text
+
+
+def verdicts_markdown(runs: Sequence[StrategyRun], context: ReportContext) -> str:
+    """The Verdicts section of metrics.md ("" when no run has decisions to judge)."""
+    shown = verdict_runs(runs)
+    if not shown:
+        return ""
+    note = "\n\n".join([*superiority_lines(runs), verdicts_note(runs, context)])
+    return "\n## Verdicts\n\n" + markdown_table(shown, note=note)
+
+
+def _three_decimals(value: float) -> str:
+    """A small ratio or probability, where two decimals would hide it: "—" when undefined."""
+    return "—" if math.isnan(value) else f"{value:.3f}"
+
+
+def _whole_text(count: float) -> str:
+    """A count that may be fractional, rounded up: "—" when undefined, "∞" when infinite."""
+    if math.isnan(count):
+        return "—"
+    return "∞" if math.isinf(count) else f"{math.ceil(count):,}"
 
 
 def _has_intervals(runs: Sequence[StrategyRun]) -> bool:
@@ -372,6 +471,10 @@ def metrics_document(
             "seed": config.seed,
             "note": uncertainty_note(runs, context),
         }
+    if any(run.psr is not None for run in runs):
+        document["verdicts"] = verdicts_document(runs, context)
+    if spa := spa_document(runs):
+        document["spa"] = spa
     if folds:
         document["walk_forward"] = {
             "folds": len(folds),
@@ -414,7 +517,50 @@ def strategy_entry(run: StrategyRun) -> dict[str, Any]:
         entry["deflated_sharpe"] = {
             key: _jsonable(value) for key, value in asdict(run.deflated_sharpe).items()
         }
+    if run.psr is not None:
+        entry["psr"] = {key: _jsonable(value) for key, value in asdict(run.psr).items()}
+    if run.min_track_record is not None:
+        record = run.min_track_record
+        entry["min_track_record"] = {
+            "decisions": _jsonable(record.periods), "years": _jsonable(record.years),
+            "observed_decisions": record.observed, "benchmark": record.benchmark, "confidence": record.confidence,
+        }
     return entry
+
+
+def spa_document(runs: Sequence[StrategyRun]) -> dict[str, Any]:
+    """metrics.json's `spa`: per benchmark, the SPA p-values over the other runs and the runs StepM finds better."""
+    return {
+        test.benchmark: {
+            "candidates": list(test.candidates),
+            "pvalues": {kind: _jsonable(value) for kind, value in test.pvalues.items()},
+            "pvalue": _jsonable(test.pvalue),
+            "stepm_better": list(test.superior),
+            "tied": list(test.tied),
+            "size": test.size,
+            "decisions": test.observations,
+            "bootstrap": "stationary",
+            "mean_block_decisions": test.block,
+            "resamples": test.resamples,
+            "seed": test.seed,
+            "losses": "minus each decision's excess return",
+        }
+        for test in (run.superiority for run in runs if run.superiority is not None)
+    }
+
+
+def verdicts_document(runs: Sequence[StrategyRun], context: ReportContext) -> dict[str, Any]:
+    """metrics.json's `verdicts`: the settings behind `psr`, `min_track_record` and the deflated Sharpe's trials."""
+    psr = next(run.psr for run in runs if run.psr is not None)
+    record = next(run.min_track_record for run in runs if run.min_track_record is not None)
+    deflated = [run.deflated_sharpe for run in runs if run.deflated_sharpe is not None]
+    return {
+        "returns": "per decision, in excess of the risk-free rate; Sharpe ratios not annualised",
+        "psr_benchmark_sharpe": psr.benchmark,
+        "min_track_record_confidence": record.confidence,
+        **({"trials": deflated[0].trials, "trials_source": deflated[0].trials_source} if deflated else {}),
+        "note": verdicts_note(runs, context),
+    }
 
 
 def _first_decision(context: ReportContext) -> int | None:
@@ -437,6 +583,7 @@ def _fold_entry(fold: FoldReport) -> dict[str, Any]:
         "decisions": {"first_bar": _first_decision(context), "count": len(context.decision_bars)},
         "strategies": {run.name: strategy_entry(run) for run in fold.runs},
         "notes": {run.name: run.note for run in fold.runs if run.note},
+        **({"spa": spa} if (spa := spa_document(fold.runs)) else {}),
     }
     checkpoints = {run.name: str(run.checkpoint) for run in fold.runs if run.checkpoint is not None}
     return {**entry, "checkpoints": checkpoints} if checkpoints else entry
@@ -686,6 +833,7 @@ def render_html(
         f'<p class="note"><b>Annualisation</b>: {_e(context.annualisation_note)}</p>',
         f'<p class="note"><b>Decisions</b>: {_e(context.decision_note)}</p>',
         *(f'<p class="note"><b>{_e(run.name)}</b>: {_e(run.note)}</p>' for run in runs if run.note),
+        *_verdicts_section(runs, context),
         *(_fold_section(fold) for fold in folds),
         "<h2>Equity and drawdown</h2>",
         f'<img alt="equity curves and drawdowns" src="data:image/png;base64,{image}">',
@@ -757,6 +905,19 @@ def _metrics_table(runs: list[StrategyRun]) -> str:
         )
         rows.append(f"<tr><th>{_e(row)}</th>{cells}</tr>")
     return _table(["Metric", *(run.name for run in runs)], rows, "metrics")
+
+
+def _verdicts_section(runs: list[StrategyRun], context: ReportContext) -> list[str]:
+    """The Verdicts heading, SPA lines, table and note; nothing when no run has decisions to judge."""
+    shown = verdict_runs(runs)
+    if not shown:
+        return []
+    return [
+        "<h2>Verdicts</h2>",
+        *(f'<p class="verdict">{_e(line)}</p>' for line in superiority_lines(runs)),
+        _metrics_table(shown),
+        f'<p class="note"><b>Verdicts</b>: {_e(verdicts_note(runs, context))}</p>',
+    ]
 
 
 def _fold_section(fold: FoldReport) -> str:

@@ -17,7 +17,8 @@ that indicators have their history. `Direction Accuracy [%]` scores every strate
 bars when no model runs), a baseline by the position it holds after each decision bar's fill.
 
 Every run then gets its 95 % intervals, a model its verdict against buy-and-hold and, when several variants
-were compared, deflated Sharpe ratios (`r1trade.backtest.uncertainty`); a walk-forward (`--walk-forward K`)
+were compared, deflated Sharpe ratios (`r1trade.backtest.uncertainty`), and the verdicts that count every trial:
+PSR, minimum track record, SPA and StepM (`r1trade.backtest.verdicts`); a walk-forward (`--walk-forward K`)
 does all of this on each fold and on the folds pooled (`r1trade.backtest.walk_forward`).
 """
 
@@ -45,6 +46,7 @@ from r1trade.backtest.model_runs import WindowPlan, context_plan, run_model
 from r1trade.backtest.report import FoldReport, ReportContext, StrategyRun, write_report
 from r1trade.backtest.strategies import ALL_STRATEGIES, PLANTED_EDGE_STRATEGIES, make_targets
 from r1trade.backtest.uncertainty import run_sample, with_uncertainty
+from r1trade.backtest.verdicts import Trials, count_trials
 from r1trade.backtest.walk_forward import SPANS, fold_contexts, pooled_run
 from r1trade.config import Config, load_config
 from r1trade.data.source import load_config_candles
@@ -100,7 +102,8 @@ def run_backtest(
     every bar after the train split (default span: "split"); the report holds the pooled runs and each fold's.
     A `checkpoint` that is a walk-forward run (`train.walk_forward`) sets K and the span to the run's, and each
     fold's agent (its last checkpoint, or `step-N` for `step` N) plays its own fold. `trials`: the variants
-    compared on this data, for the deflated Sharpe ratio (default: the number of models).
+    compared on this data, for the deflated Sharpe ratio (default: `count_trials`, the ladder's records of the
+    config's `backtest.ladder_level` when models run).
     """
     fold_agents = _fold_agents(checkpoint, step)
     if fold_agents is not None:
@@ -118,6 +121,7 @@ def run_backtest(
     check_report_folder(out_dir, force=force)
     names = [strategy] if strategy else list(dict.fromkeys(config.backtest.strategies))
     players = model_players(config, checkpoint, base_model=base_model, models=models, fold_agents=fold_agents)
+    counted = count_trials(config, models=len(players), given=trials)
     if (strategy in PLANTED_EDGE_STRATEGIES or players) and "buy_and_hold" not in names:
         names.append("buy_and_hold")
     check_strategy_names(names, params=config.backtest.params, planted_edge=config.data.source == "synthetic")
@@ -140,19 +144,20 @@ def run_backtest(
                 loaded = player.load(number)
             runs.append(player.play(loaded, fold, plan))
         del loaded  # freed before the next model loads
-    trials = len(players) if trials is None else trials
     model_names = {player.name for player in players}
     folds = []
     for number, (runs, (fold, _)) in enumerate(zip(fold_runs, evaluations, strict=True), start=1):
         runs += [run_baseline(name, fold) for name in names]
         samples = {run.name: sample for run in runs if (sample := run_sample(run, fold)) is not None}
-        runs = with_uncertainty(runs, samples, fold, models=model_names, trials=trials)
+        runs = with_uncertainty(
+            runs, samples, fold, models=model_names, trials=counted.count, trials_source=counted.source
+        )
         folds.append(FoldReport(number, fold, runs))
     if walk_forward is None:
         context, runs = folds[0].context, folds[0].runs
         files = write_report(runs, context, out_dir)
         return BacktestOutcome(runs=runs, context=context, out_dir=out_dir, files=files)
-    runs, context = _pooled(folds, model_names=model_names, trials=trials)
+    runs, context = _pooled(folds, model_names=model_names, trials=counted)
     files = write_report(runs, context, out_dir, folds)
     return BacktestOutcome(runs=runs, context=context, out_dir=out_dir, files=files, folds=folds)
 
@@ -287,7 +292,7 @@ def _evaluated(
 
 
 def _pooled(
-    folds: Sequence[FoldReport], *, model_names: set[str], trials: int
+    folds: Sequence[FoldReport], *, model_names: set[str], trials: Trials
 ) -> tuple[list[StrategyRun], ReportContext]:
     """Each strategy's folds chained into one run, with intervals over all folds' decisions, and the context
     spanning the folds."""
@@ -300,7 +305,10 @@ def _pooled(
         if all(part is not None for part in parts):
             samples[name] = DecisionSample.concat(parts)
     context = replace(contexts[0], last_bar=contexts[-1].first_bar + len(contexts[-1].candles) - 1)
-    return with_uncertainty(runs, samples, context, models=model_names, trials=trials), context
+    pooled = with_uncertainty(
+        runs, samples, context, models=model_names, trials=trials.count, trials_source=trials.source
+    )
+    return pooled, context
 
 
 def check_strategy_names(names: list[str], *, params: dict[str, dict[str, Any]], planted_edge: bool) -> None:

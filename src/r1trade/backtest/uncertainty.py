@@ -9,9 +9,12 @@ when below, "undecided" when it holds 0. The random baseline is resampled as its
 share of its seeds right at each decision (its table's Sharpe Ratio is the mean of its seeds', so may lie
 outside its interval).
 
-When several variants were compared on the same data (`trials` >= 2; by default the number of model runs),
-the models' Sharpe ratios (in a report without models, every strategy's) are deflated
-(`r1trade.backtest.significance`) using their per-decision excess returns.
+When several variants were compared on the same data (`trials` >= 2; by default counted by
+`r1trade.backtest.verdicts.count_trials`), the models' Sharpe ratios (in a report without models, every
+strategy's) are deflated (`r1trade.backtest.significance`) using their per-decision excess returns. Every run
+with decisions also gets its probabilistic Sharpe ratio and minimum track record, and each benchmark run
+(buy-and-hold, vol_target) the SPA and StepM tests of every other run against it
+(`r1trade.backtest.verdicts`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from r1trade.backtest.bootstrap import (
 from r1trade.backtest.metrics import per_bar_rate
 from r1trade.backtest.report import ReportContext, StrategyRun
 from r1trade.backtest.significance import deflated_sharpe
+from r1trade.backtest.verdicts import decision_returns, superiority_tests, track_record
 
 VERDICT_METRIC = "Return [%]"
 """The difference with buy-and-hold whose interval decides a model's verdict."""
@@ -55,8 +59,11 @@ def with_uncertainty(
     *,
     models: Collection[str],
     trials: int,
+    trials_source: str = "",
 ) -> list[StrategyRun]:
-    """`runs` with their intervals, the models' comparison with buy-and-hold and the deflated Sharpe ratios.
+    """`runs` with their intervals, the models' comparison with buy-and-hold, the deflated Sharpe ratios (of
+    `trials` variants; `trials_source` says where that number comes from), each run's PSR and minimum track
+    record, and the SPA and StepM tests against the benchmark runs.
 
     samples: each run's decisions (`run_sample`, or the folds' concatenated), all of one length; runs without
     a sample are returned as they are. context: gives the settings (block, resamples, seed, risk-free rate).
@@ -75,22 +82,28 @@ def with_uncertainty(
     }
     by_name = {run.name: run for run in runs}
     deflated = (set(models) or set(samples)) if trials >= 2 else set()
+    returns = {name: decision_returns(sample, context) for name, sample in samples.items()}  # each (count,)
+    tests = {test.benchmark: test for test in superiority_tests(returns, context)}
     updated = []
     for run in runs:
         if run.name not in stats:
             updated.append(run)
             continue
+        psr, record = track_record(samples[run.name], context)
         changes: dict[str, Any] = {
-            "ci95": {metric: percentile_interval(stats[run.name][metric]) for metric in INTERVAL_METRICS}
+            "ci95": {metric: percentile_interval(stats[run.name][metric]) for metric in INTERVAL_METRICS},
+            "psr": psr,
+            "min_track_record": record,
+            "superiority": tests.get(run.name),
         }
         if run.name in models and REFERENCE in stats:
             changes["vs_buy_and_hold"] = paired_comparison(
                 stats[run.name], stats[REFERENCE], run.metrics, by_name[REFERENCE].metrics
             )
         if run.name in deflated:
-            sample = samples[run.name]
-            excess = sample.growth - (1.0 + _rf_per_bar(context)) ** sample.bars  # (D,) per-decision
-            changes["deflated_sharpe"] = deflated_sharpe(excess, trials=trials)
+            changes["deflated_sharpe"] = deflated_sharpe(
+                returns[run.name], trials=trials, trials_source=trials_source
+            )
         updated.append(replace(run, **changes))
     return updated
 
