@@ -235,7 +235,7 @@ def import_csv(
     imported = import_candle_csv(source, fmt=fmt, timeframe=timeframe, symbol=symbol, date_format=date_format)
     candles = imported.candles
     report = validate_candles(candles)  # before writing, so a file that cannot be described leaves nothing
-    console.print(f"read {source} as {imported.description}", markup=False, highlight=False)
+    console.print(f"read {source} as {imported.description}", markup=False, highlight=False, soft_wrap=True)
     console.print(render_report(out, candles.attrs, report))
     if not report.ok and target.exists():
         details = "; ".join(f"{problem.kind}: {problem.count:,} row(s)" for problem in report.errors)

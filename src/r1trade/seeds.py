@@ -1,0 +1,285 @@
+"""`r1trade seeds`: does a recipe learn? One config through the whole pipeline once per seed, then each
+held-out figure over the seeds: mean, standard deviation, worst seed and interquartile mean
+(`r1trade.eval.seed_spread`).
+
+Seed S runs in `OUT/seed-S/`, one seed after another, every stage with `seed=S` and `model.tiny_seed=S` on top
+of the config and its `--set` overrides:
+- `warmstart/`: the warm start (`r1trade warmstart`), when asked; finished once `warmstart.json` is written;
+- `run/`: RL training from the warm start's model (`r1trade train`); finished once the checkpoint of step
+  `train.updates` is in place. A run stopped after a checkpoint continues from its last one (`train
+  --resume`); one stopped before its first checkpoint starts over;
+- `run/selected_step.json`: the step chosen on the validation split (`r1trade select-step`);
+- `test/`: the chosen step backtested on the test split beside the model RL started from (`backtest
+  --baseline base-model`: the warm start); finished once its `metrics.json` is there.
+Each of those files is the last its stage writes, and is renamed into place whole (a checkpoint and a report
+are whole folders), so a command stopped at any point and run again skips what had finished and does the rest.
+A stage runs again when a stage before it ran. A stage folder that holds another config's work is refused
+rather than mixed with it. The per-seed figures and their spread go to `OUT/seeds.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from r1trade.backtest.runner import run_backtest
+from r1trade.backtest.step_selection import (
+    DEFAULT_METRIC,
+    StepSelection,
+    check_selectable,
+    read_selection,
+    select_step,
+)
+from r1trade.config import Config, load_config
+from r1trade.errors import UsageError
+from r1trade.eval.ladder import AGENT_PREFIX, SIGNAL_ROW, Level, add_record, ladder_record
+from r1trade.eval.seed_spread import SeedSpread, spread_by_figure
+from r1trade.outputs import locked_run_folder, write_file
+from r1trade.rl.checkpoint import list_checkpoints
+from r1trade.safe_load import read_json_object
+from r1trade.train import train_run
+from r1trade.warmstart import warmstart
+
+SUMMARY_FILE = "seeds.json"
+MAX_SEEDS = 100
+WARMSTART_DIR, RUN_DIR, TEST_DIR = "warmstart", "run", "test"
+WARMSTART_LOG = "warmstart.json"
+"""What `warmstart` writes last, once the model is saved."""
+STARTING_ROW = "base model"
+"""The report's row of the model RL started from (`--baseline base-model`)."""
+ACCURACY, GAIN, RETURN, INFO_CALLS = (
+    "Direction Accuracy [%]", "Direction Accuracy Gain [pp]", "Return [%]", "Info Calls [%]",
+)
+FIGURES = (ACCURACY, GAIN, RETURN, INFO_CALLS, SIGNAL_ROW)
+"""The held-out figures of each seed; the gain is over the model RL started from, in percentage points."""
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """One seed's chosen step and its held-out figures (None where the report has no such row)."""
+
+    seed: int
+    step: int
+    checkpoint: Path
+    report: Path
+    figures: dict[str, float | None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "step": self.step, "checkpoint": str(self.checkpoint),
+                "report": str(self.report), "figures": self.figures}
+
+
+@dataclass(frozen=True)
+class SeedsOutcome:
+    """Every seed's result, each figure's spread over the seeds, and where they were written."""
+
+    out_dir: Path
+    results: list[SeedResult]
+    spreads: dict[str, SeedSpread | None]
+    file: Path
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`0-4` (a range, both ends included), `0,2,5` (a list) or `3`, as distinct seeds in the order given."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d{1,10})\s*(?:-\s*(\d{1,10})\s*)?", part)
+        first, last = (int(match[1]), int(match[2] or match[1])) if match else (0, -1)
+        if last < first:
+            raise UsageError(f"bad --seeds '{text}': use a range (0-4), a list (0,2,5) or one seed")
+        if last >= 2**32:
+            raise UsageError(f"bad --seeds '{text}': seeds go from 0 to {2**32 - 1}")
+        if len(seeds) + last - first + 1 > MAX_SEEDS:
+            raise UsageError(f"bad --seeds '{text}': more than {MAX_SEEDS} seeds in one command")
+        seeds += range(first, last + 1)
+    if len(set(seeds)) != len(seeds):
+        raise UsageError(f"bad --seeds '{text}': a seed is named twice")
+    return seeds
+
+
+def default_out_dir(config: Config) -> Path:
+    return Path(config.output_dir) / f"{config.name}-seeds"
+
+
+def wants_warmstart(config: Config, asked: bool | None) -> bool:
+    """`asked` (--warmstart / --no-warmstart), else whether the config (file or --set) sets `warmstart`."""
+    return "warmstart" in config.model_fields_set if asked is None else asked
+
+
+def run_seeds(
+    config: str,
+    overrides: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    warm: bool | None = None,
+    out_dir: Path | None = None,
+    metric: str = DEFAULT_METRIC,
+    every: int = 1,
+    console: Console | None = None,
+) -> SeedsOutcome:
+    """Run config `config` with `overrides` for each of `seeds` into `out_dir` (default: `default_out_dir`),
+    skipping what an earlier call finished, then write `OUT/seeds.json`; `warm`: see `wants_warmstart`."""
+    console = console or Console()
+    base = load_config(config, list(overrides))
+    check_selectable(base, f"config '{config}'")
+    warm = wants_warmstart(base, warm)
+    out_dir = out_dir or default_out_dir(base)
+    for seed in seeds:  # every seed's config is valid before anything runs
+        seed_config(config, overrides, seed)
+    results = []
+    with locked_run_folder(out_dir):
+        for number, seed in enumerate(seeds, start=1):
+            console.print(f"[bold]seed {seed}[/bold] ({number} of {len(seeds)})")
+            folder = out_dir / f"seed-{seed}"
+            results.append(_run_seed(config, overrides, seed, folder, warm=warm, metric=metric, every=every,
+                                     console=console))
+        spreads = spread_by_figure({r.seed: r.figures for r in results}, FIGURES)
+        summary = {
+            "config": config, "overrides": list(overrides), "warmstart": warm, "chosen_on": "validation",
+            "metric": metric, "tested_on": "test", "seeds": [r.to_dict() for r in results],
+            "summary": {name: spread and spread.to_dict() for name, spread in spreads.items()},
+        }
+        file = write_file(out_dir / SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
+    return SeedsOutcome(out_dir, results, spreads, file)
+
+
+def seed_config(config: str, overrides: Sequence[str], seed: int, *more: str) -> Config:
+    """The config of seed `seed`'s stages: `overrides`, then the seed, then `more`."""
+    return load_config(config, [*overrides, f"seed={seed}", f"model.tiny_seed={seed}", *more])
+
+
+def _run_seed(
+    config: str, overrides: Sequence[str], seed: int, folder: Path, *, warm: bool, metric: str, every: int,
+    console: Console,
+) -> SeedResult:
+    """One seed's stages, each skipped when its last file is there and no stage before it ran."""
+    ran = False
+    trained = seed_config(config, overrides, seed)
+    if warm:
+        warm_dir = folder / WARMSTART_DIR
+        _refuse_other_config(warm_dir, trained)
+        if (warm_dir / WARMSTART_LOG).is_file():
+            _say(console, seed, f"warm start finished ({warm_dir / 'model'}), skipped")
+        else:
+            _warm_start(trained, warm_dir, console)
+            ran = True
+        model = json.dumps(str(warm_dir / "model"))  # a JSON string stays a string in YAML
+        trained = seed_config(config, overrides, seed, f"model.name_or_path={model}")
+
+    run_dir = folder / RUN_DIR
+    _refuse_other_config(run_dir, trained)
+    done = max((step for step, _ in list_checkpoints(run_dir)), default=0)
+    if ran or done < trained.train.updates:
+        resume = not ran and done > 0
+        _say(console, seed, f"training resumed from step-{done}" if resume else "training")
+        train_run(trained, run_dir, resume=resume, force=not resume, console=console)
+        ran = True
+    else:
+        _say(console, seed, f"training finished (step-{done}), skipped")
+
+    selection = read_selection(run_dir)
+    if ran or not _still_chosen(selection, run_dir, metric=metric, every=every):
+        _say(console, seed, f"choosing the step by {metric} on the validation split")
+        selection = select_step(
+            run_dir, split="validation", metric=metric, every=every,
+            on_step=lambda step, value: _say(console, seed, f"  step {step}: {metric} {value:.2f}"),
+        )
+        ran = True
+    else:
+        _say(console, seed, f"step-{selection.step} already chosen by {metric} on validation, skipped")
+
+    report = folder / TEST_DIR
+    if ran or not (report / "metrics.json").is_file():
+        _say(console, seed, f"backtesting step-{selection.step} on the test split")
+        tested = load_config(run_dir / "config.yaml", ["backtest.split=test"])
+        run_backtest(tested, checkpoint=selection.checkpoint, base_model=True, out_dir=report, force=True)
+    else:
+        _say(console, seed, f"test backtest finished ({report}), skipped")
+    figures = seed_figures(read_json_object(report / "metrics.json"))
+    return SeedResult(seed, selection.step, selection.checkpoint, report, figures)
+
+
+def seed_figures(document: dict[str, Any]) -> dict[str, float | None]:
+    """FIGURES of a report's metrics.json: its agent row beside the row of the model RL started from."""
+    rows: dict[str, dict] = document.get("strategies", {})
+    agents = [name for name in rows if name.startswith(AGENT_PREFIX)]
+    if len(agents) != 1 or STARTING_ROW not in rows:
+        raise UsageError(
+            f"a seed's test report has rows {', '.join(rows)}: expected one agent and '{STARTING_ROW}'"
+        )
+    agent, start = rows[agents[0]], rows[STARTING_ROW]
+    accuracy, before = _number(agent.get(ACCURACY)), _number(start.get(ACCURACY))
+    return {
+        ACCURACY: accuracy,
+        GAIN: None if accuracy is None or before is None else accuracy - before,
+        RETURN: _number(agent.get(RETURN)),
+        INFO_CALLS: _number(agent.get(INFO_CALLS)),
+        SIGNAL_ROW: _number(agent.get(SIGNAL_ROW)),
+    }
+
+
+def ladder_model(config: Config, *, warm: bool) -> str:
+    """How the seeds' ladder records name the model: the base model, LoRA or full fine-tuning, warm start."""
+    lora = config.model.lora
+    text = config.model.name_or_path + (f" + LoRA r{lora.r}" if lora.enabled else " (full fine-tuning)")
+    settings = config.warmstart
+    return text + (f", {settings.policy} warm start ({settings.max_steps} steps)" if warm else "")
+
+
+def add_ladder_records(
+    outcome: SeedsOutcome, ladder: Path, *, level: Level, variant: str, model: str, command: str
+) -> list[dict[str, Any]]:
+    """A ladder record per seed (`r1trade ladder-record`: its test report beside the model RL started from),
+    each replacing an older one of its level, variant and seed; returns the ladder's records."""
+    records: list[dict[str, Any]] = []
+    for result in outcome.results:
+        record = ladder_record(result.report, result.checkpoint, level=level, variant=variant, model=model,
+                               command=command, warmstart=STARTING_ROW, seed=result.seed)
+        records = add_record(ladder, record)
+    return records
+
+
+def _still_chosen(selection: StepSelection | None, run_dir: Path, *, metric: str, every: int) -> bool:
+    """Whether an earlier selection holds: same split, metric and spacing, made after the last checkpoint."""
+    asked = ("validation", metric, every)
+    if selection is None or (selection.split, selection.metric, selection.every) != asked:
+        return False
+    return max(selection.figures) == max(step for step, _ in list_checkpoints(run_dir))
+
+
+def _warm_start(config: Config, warm_dir: Path, console: Console) -> None:
+    """`r1trade warmstart` into `warm_dir`: TRL-bound models keep the env's tool schemas in their template."""
+    tools = None
+    if config.train.engine == "trl":
+        from r1trade.integrations.trl import tool_schemas
+
+        tools = tool_schemas(config)
+    config.save(warm_dir)
+    warmstart(config, warm_dir, tools=tools, console=console)
+
+
+def _refuse_other_config(stage_dir: Path, config: Config) -> None:
+    """A stage folder whose config.yaml is not `config`'s holds other work: refused, not mixed or replaced."""
+    saved = stage_dir / "config.yaml"
+    if saved.is_file() and saved.read_text(encoding="utf-8") != config.to_yaml():
+        raise UsageError(
+            f"'{stage_dir}' holds a run of another config (its config.yaml differs from this command's): "
+            "give another --out, or delete that folder to run it again"
+        )
+
+
+def _say(console: Console, seed: int, text: str) -> None:
+    console.print(f"seed {seed}: {text}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return None
+    return float(value)

@@ -1,0 +1,109 @@
+"""`r1trade select-step`: the best step on figures worked by hand (ties to the earliest, NaN never), which
+steps `--every` evaluates, and end to end through the CLI on a tiny two-checkpoint run: the choice, each
+step's figure as `r1trade backtest --split validation` measures it, and the test split refused."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from r1trade.backtest.step_selection import SELECTION_FILE, best_step, steps_to_evaluate
+from r1trade.cli import main
+from r1trade.errors import UsageError
+
+TINY = ["train.updates=2", "train.checkpoint_every=1", "train.epochs=1", "train.algorithm=reinforce_pp",
+        "env.episode_decisions=1", "env.max_tool_calls=1", "rollout.num_envs=1", "rollout.max_new_tokens=8",
+        "model.cpu_kernels=off", "backtest.max_decisions=2", "backtest.agent_windows=1",
+        "backtest.bootstrap_resamples=100"]
+"""Two one-turn updates with a checkpoint after each, and two-decision backtests: seconds per stage."""
+
+
+def settings(*items: str) -> list[str]:
+    return [part for item in items for part in ("--set", item)]
+
+
+def one_line(err: str) -> bool:
+    return len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- the choice, by hand
+
+
+def test_the_highest_figure_wins() -> None:
+    assert best_step({10: 52.5, 20: 61.0, 30: 57.25}) == 20
+    assert best_step({1: -3.0, 2: -1.0}) == 2  # a figure below zero (a return) is still "higher is better"
+    assert best_step({7: 50.0}) == 7
+
+
+def test_a_tie_goes_to_the_earliest_step() -> None:
+    # steps 20 and 40 both reach 60.0: the earlier one, the same figure for half the training
+    assert best_step({40: 60.0, 10: 55.0, 20: 60.0, 30: 59.0}) == 20
+
+
+def test_a_step_without_a_number_never_wins() -> None:
+    assert best_step({10: math.nan, 20: 40.0}) == 20
+    with pytest.raises(UsageError, match="no evaluated step has a number"):
+        best_step({10: math.nan, 20: math.nan})
+
+
+def test_every_picks_the_multiples_and_the_last() -> None:
+    assert steps_to_evaluate([10, 20, 30, 40, 45], 20) == [20, 40, 45]
+    assert steps_to_evaluate([10, 20, 30], 1) == [10, 20, 30]
+    assert steps_to_evaluate([5], 10) == [5]  # the last step always
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny run with checkpoints at steps 1 and 2."""
+    root = tmp_path_factory.mktemp("select")
+    assert main(["train", "--config", "smoke", *settings(*TINY, f"output_dir={root}")]) == 0
+    return root / "smoke"
+
+
+def test_select_step_through_the_cli(run_dir: Path, capsys, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "r1trade.cli", "select-step", str(run_dir), "--split", "validation"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    saved = json.loads((run_dir / SELECTION_FILE).read_text())
+    assert (saved["split"], saved["metric"], saved["every"]) == ("validation", "Direction Accuracy [%]", 1)
+    figures = {row["step"]: row["value"] for row in saved["figures"]}
+    assert list(figures) == [1, 2]
+    # the highest figure, the earlier step on a tie
+    expected = 1 if figures[1] >= figures[2] else 2
+    assert saved["step"] == expected and saved["value"] == figures[expected]
+    assert saved["checkpoint"] == str(run_dir / "checkpoints" / f"step-{expected}")
+    assert f"selected step-{expected}" in done.stdout and "step    2: Direction Accuracy [%]" in done.stdout
+
+    # each figure is the agent's row of the backtest on the validation split
+    for step, value in figures.items():
+        report = tmp_path / f"step-{step}"
+        checkpoint = run_dir / "checkpoints" / f"step-{step}"
+        args = ["backtest", "--checkpoint", str(checkpoint), "--split", "validation",
+                "--strategy", "buy_and_hold", "--out", str(report)]
+        assert main(args) == 0
+        document = json.loads((report / "metrics.json").read_text())
+        assert document["strategies"][f"agent (step-{step})"]["Direction Accuracy [%]"] == value
+    capsys.readouterr()
+
+
+def test_the_test_split_and_bad_input_are_refused_in_one_line(run_dir: Path, capsys, tmp_path: Path) -> None:
+    (run_dir / SELECTION_FILE).unlink(missing_ok=True)
+    cases = [
+        (["select-step", str(run_dir), "--split", "test"], "choose a step on validation or train"),
+        (["select-step", str(tmp_path)], "is not a run directory"),
+        (["select-step", str(run_dir), "--metric", "Direction Acuracy [%]"],
+         "has no row 'Direction Acuracy [%]' (did you mean 'Direction Accuracy [%]'?)"),
+    ]
+    for args, message in cases:
+        code = main(args)
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and one_line(err), err
+        assert not (run_dir / SELECTION_FILE).exists()

@@ -1,0 +1,252 @@
+"""`r1trade seeds`: the spread over seeds worked by hand (mean, sd, worst, IQM), the seed list, a report's
+figures, and end to end: a finished seed skipped untouched, a seed stopped mid-training resumed from its
+checkpoint (not restarted), the warm start stage, ladder records, and one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from r1trade.cli import main
+from r1trade.config import load_config
+from r1trade.errors import UsageError
+from r1trade.eval.seed_spread import SeedSpread, interquartile_mean, seed_spread, spread_by_figure
+from r1trade.rl.checkpoint import STATE_FILE
+from r1trade.rl.trainer import Trainer
+from r1trade.seeds import FIGURES, GAIN, parse_seeds, seed_figures, wants_warmstart
+
+TINY = ["train.updates=2", "train.checkpoint_every=1", "train.epochs=1", "train.algorithm=reinforce_pp",
+        "env.episode_decisions=1", "env.max_tool_calls=1", "rollout.num_envs=1", "rollout.max_new_tokens=8",
+        "model.cpu_kernels=off", "backtest.max_decisions=2", "backtest.agent_windows=1",
+        "backtest.bootstrap_resamples=100"]
+"""Two one-turn updates with a checkpoint after each, and two-decision backtests: seconds per stage."""
+TINY_WARMSTART = ["warmstart.max_steps=2", "warmstart.episodes=1", "warmstart.policy=random",
+                  "warmstart.orders=plain", "warmstart.actions=[long,short]", "warmstart.restate=none",
+                  "rollout.max_new_tokens=80", "train.updates=1"]
+"""Two SFT steps on one episode of the shortest demonstrations (the tiny tokenizer spells their turns in up to
+77 tokens), then one update."""
+
+
+def settings(*items: str) -> list[str]:
+    return [part for item in items for part in ("--set", item)]
+
+
+def one_line(err: str) -> bool:
+    return len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def mtimes(folder: Path) -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in folder.rglob("*") if path.is_file()}
+
+
+# --------------------------------------------------------------------------- the spread, by hand
+
+
+def test_five_seeds_by_hand() -> None:
+    spread = seed_spread({0: 50.0, 1: 62.0, 2: 40.0, 3: 90.0, 4: 58.0})
+    # mean 300 / 5 = 60; deviations -10, 2, -20, 30, -2: squares 100 + 4 + 400 + 900 + 4 = 1408;
+    # 1408 / (5 - 1) = 352
+    # IQM: floor(5 / 4) = 1 dropped from each end of 40 50 58 62 90: (50 + 58 + 62) / 3 = 56.67
+    assert spread == SeedSpread(n=5, mean=60.0, sd=pytest.approx(math.sqrt(352)), worst=40.0, worst_seed=2,
+                                iqm=pytest.approx(170 / 3))
+
+
+def test_four_and_eight_seeds_iqm_by_hand() -> None:
+    # 1 2 3 10: one dropped from each end, (2 + 3) / 2; mean 4, squares 9 + 4 + 1 + 36 = 50, sd sqrt(50 / 3)
+    four = seed_spread({0: 1.0, 1: 2.0, 2: 3.0, 3: 10.0})
+    assert four is not None and (four.iqm, four.mean) == (2.5, 4.0)
+    assert four.sd == pytest.approx(math.sqrt(50 / 3))
+    # 1 .. 8: two dropped from each end, (3 + 4 + 5 + 6) / 4
+    assert interquartile_mean([8.0, 1.0, 7.0, 2.0, 6.0, 3.0, 5.0, 4.0]) == 4.5
+
+
+def test_two_seeds_and_one_by_hand() -> None:
+    # mean (0.5 - 1.5) / 2 = -0.5; deviations ±1: sd sqrt(2 / 1); under four seeds no IQM
+    assert seed_spread({3: 0.5, 7: -1.5}) == SeedSpread(
+        n=2, mean=-0.5, sd=pytest.approx(math.sqrt(2)), worst=-1.5, worst_seed=7, iqm=None
+    )
+    assert seed_spread({5: 12.0}) == SeedSpread(n=1, mean=12.0, sd=None, worst=12.0, worst_seed=5, iqm=None)
+    assert seed_spread({}) is None
+
+
+def test_the_worst_seed_of_equals_is_the_first() -> None:
+    spread = seed_spread({4: 1.0, 2: 1.0, 9: 3.0})
+    assert spread is not None and (spread.worst, spread.worst_seed) == (1.0, 2)
+
+
+def test_a_missing_figure_leaves_out_that_seed_only() -> None:
+    per_seed = {0: {"a": 10.0, "b": None}, 1: {"a": 20.0, "b": 4.0}, 2: {"a": math.nan, "b": 6.0}}
+    spreads = spread_by_figure(per_seed, ["a", "b", "c"])
+    assert spreads["a"] is not None and (spreads["a"].n, spreads["a"].mean) == (2, 15.0)
+    b = spreads["b"]
+    assert b is not None and (b.n, b.mean, b.worst_seed) == (2, 5.0, 1)
+    assert spreads["c"] is None
+
+
+# --------------------------------------------------------------------------- seeds, warm start, figures
+
+
+def test_seed_lists() -> None:
+    assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert parse_seeds("0,2,5") == [0, 2, 5]
+    assert parse_seeds(" 7 - 8 , 3") == [7, 8, 3]
+    assert parse_seeds("3") == [3]
+    for bad in ("", "4-2", "a", "-1", "1,1", "0-2,2", "0-100", "4294967296"):
+        with pytest.raises(UsageError, match="bad --seeds"):
+            parse_seeds(bad)
+
+
+def test_the_warm_start_follows_the_config_unless_asked() -> None:
+    assert not wants_warmstart(load_config("smoke"), None)  # smoke.yaml has no warmstart section
+    assert wants_warmstart(load_config("demo_tools"), None)
+    assert wants_warmstart(load_config("smoke", ["warmstart.max_steps=2"]), None)
+    assert wants_warmstart(load_config("smoke"), True)
+    assert not wants_warmstart(load_config("demo_tools"), False)
+
+
+def test_figures_of_a_report() -> None:
+    document = {"strategies": {
+        "agent (step-20)": {"Direction Accuracy [%]": 61.5, "Return [%]": -2.25, "Info Calls [%]": 80.0,
+                            "Tool Calls: get_changes [%]": 75.0},
+        "base model": {"Direction Accuracy [%]": 45.0, "Return [%]": -9.0},
+        "buy_and_hold": {"Direction Accuracy [%]": 51.0, "Return [%]": 7.0},
+    }}
+    # the gain is over the model RL started from: 61.5 - 45.0 = 16.5 points
+    assert seed_figures(document) == {
+        "Direction Accuracy [%]": 61.5, GAIN: 16.5, "Return [%]": -2.25, "Info Calls [%]": 80.0,
+        "Tool Calls: get_changes [%]": 75.0,
+    }
+    plain = {"strategies": {"agent (step-2)": {"Direction Accuracy [%]": 50.0, "Return [%]": 1.0},
+                            "base model": {"Direction Accuracy [%]": None, "Return [%]": 0.5}}}
+    figures = seed_figures(plain)
+    assert figures[GAIN] is None and figures["Info Calls [%]"] is None and set(figures) == set(FIGURES)
+    with pytest.raises(UsageError, match="expected one agent and 'base model'"):
+        seed_figures({"strategies": {"agent (step-2)": {}}})
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_a_finished_seed_is_skipped_and_a_stopped_one_resumed(capsys, tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "tiny-seeds"
+    command = ["seeds", "--config", "smoke", "--out", str(out), *settings(*TINY)]
+    assert main([*command, "--seeds", "0"]) == 0
+    seed_0 = out / "seed-0"
+    assert (seed_0 / "run" / "checkpoints" / "step-2" / STATE_FILE).is_file()
+    assert (seed_0 / "run" / "selected_step.json").is_file() and (seed_0 / "test" / "metrics.json").is_file()
+    assert not (seed_0 / "warmstart").exists()  # smoke.yaml has no warmstart section
+    assert [r["seed"] for r in json.loads((out / "seeds.json").read_text())["seeds"]] == [0]
+    finished = mtimes(seed_0)
+
+    # seed 1 is stopped during its second update (Ctrl-C): the trainer writes the checkpoint of step 1
+    original = Trainer.update
+
+    def stopped_in_update_2(self: Trainer) -> dict:
+        if self.state.step == 1:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "update", stopped_in_update_2)
+    capsys.readouterr()
+    assert main([*command, "--seeds", "0-1"]) == 130
+    monkeypatch.undo()
+    seed_1 = out / "seed-1" / "run"
+    assert [p.name for p in (seed_1 / "checkpoints").iterdir()] == ["step-1"]
+    assert not (seed_1 / "selected_step.json").exists()
+    assert mtimes(seed_0) == finished
+    step_1 = (seed_1 / "checkpoints" / "step-1" / STATE_FILE).stat()
+
+    # the same command again, in a fresh process: seed 0 untouched, seed 1 continued from step 1
+    ladder = out / "ladder.json"
+    again = [sys.executable, "-m", "r1trade.cli", *command, "--seeds", "0-1", "--ladder", str(ladder),
+             "--level", "planted_edge"]
+    done = subprocess.run(again, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "seed 0: training finished (step-2), skipped" in done.stdout
+    assert "seed 0: test backtest finished" in done.stdout
+    assert "seed 1: training resumed from step-1" in done.stdout
+    assert mtimes(seed_0) == finished
+    assert (seed_1 / "checkpoints" / "step-1" / STATE_FILE).stat().st_mtime_ns == step_1.st_mtime_ns  # kept
+    assert (seed_1 / "checkpoints" / "step-2" / STATE_FILE).is_file()
+    updates = [json.loads(line)["update"] for line in (seed_1 / "metrics.jsonl").read_text().splitlines()]
+    assert updates == [1, 2]
+
+    # the summary: each seed's figures from its test report, their mean, sd, worst; no IQM under four seeds
+    summary = json.loads((out / "seeds.json").read_text())
+    assert [r["seed"] for r in summary["seeds"]] == [0, 1] and summary["tested_on"] == "test"
+    accuracy = {}
+    for row in summary["seeds"]:
+        report = json.loads((out / f"seed-{row['seed']}" / "test" / "metrics.json").read_text())
+        agent = report["strategies"][f"agent (step-{row['step']})"]
+        accuracy[row["seed"]] = agent["Direction Accuracy [%]"]
+        assert row["figures"]["Direction Accuracy [%]"] == accuracy[row["seed"]]
+        assert row["figures"][GAIN] == pytest.approx(
+            agent["Direction Accuracy [%]"] - report["strategies"]["base model"]["Direction Accuracy [%]"]
+        )
+        selected = json.loads((out / f"seed-{row['seed']}" / "run" / "selected_step.json").read_text())
+        assert selected["split"] == "validation" and selected["step"] == row["step"]
+    a, b = accuracy[0], accuracy[1]
+    spread = summary["summary"]["Direction Accuracy [%]"]
+    assert spread["mean"] == pytest.approx((a + b) / 2)
+    assert spread["sd"] == pytest.approx(abs(a - b) / math.sqrt(2))  # two values: |a - b| / sqrt(2)
+    assert spread["worst"] == min(a, b) and spread["iqm"] is None
+    assert "IQM" in done.stdout and "seeds.json" in done.stdout
+
+    # a ladder record per seed, its variant the folder's name
+    records = json.loads(ladder.read_text())
+    assert [(r["seed"], r["variant"], r["level"]) for r in records] == [
+        (0, "tiny-seeds", "planted_edge"), (1, "tiny-seeds", "planted_edge")
+    ]
+    assert records[0]["direction_accuracy"] == pytest.approx(a / 100)
+    assert [r["updates"] for r in records] == [row["step"] for row in summary["seeds"]]  # the chosen steps
+
+    # another config in the same folder is refused before anything runs
+    capsys.readouterr()
+    assert main([*command, "--seeds", "0", "--set", "train.learning_rate=0.01"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a run of another config" in err and one_line(err)
+    assert mtimes(seed_0) == finished
+
+
+def test_a_warm_started_seed(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "warm"
+    command = ["seeds", "--config", "smoke", "--seeds", "3", "--warmstart", "--out", str(out),
+               *settings(*TINY, *TINY_WARMSTART)]
+    assert main(command) == 0
+    model = out / "seed-3" / "warmstart" / "model"
+    assert (out / "seed-3" / "warmstart" / "warmstart.json").is_file() and (model / "config.json").is_file()
+    trained = load_config(out / "seed-3" / "run" / "config.yaml")
+    assert (trained.seed, trained.model.tiny_seed, trained.model.name_or_path) == (3, 3, str(model))
+    report = json.loads((out / "seed-3" / "test" / "metrics.json").read_text())
+    assert report["notes"]["base model"].startswith(f"RL started from: {model}")
+    finished = mtimes(out / "seed-3")
+    capsys.readouterr()
+    assert main(command) == 0
+    shown = capsys.readouterr().out
+    assert "seed 3: warm start finished" in shown and "training finished (step-1), skipped" in shown
+    assert mtimes(out / "seed-3") == finished
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", "2-1"], "bad --seeds '2-1'"),
+        (["--ladder", "x.json"], "--ladder and --level go together"),
+        (["--ladder", "x.json", "--level", "moon"], "--level must be one of"),
+        (["--set", "train.walk_forward=2"], "trains one agent per walk-forward fold"),
+        (["--set", "train.nope=1"], "unknown key 'train.nope'"),
+    ],
+)
+def test_bad_input_is_one_line_and_runs_nothing(
+    capsys, tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = tmp_path / "none"
+    code = main(["seeds", "--config", "smoke", "--out", str(out), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and one_line(err), err
+    assert not out.exists()
