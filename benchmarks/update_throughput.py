@@ -16,6 +16,11 @@ with AMX or AVX-512 BF16; the other modes pin float32). The modes alternate (ABC
 so that a drifting machine load hits them alike; the last line printed is `speedup: N.Nx`, the first mode's mean
 seconds per update over the last mode's.
 `--profile-step MODE` runs one rollout of that mode and profiles one optimiser step on its first minibatch.
+
+`--against-previous CONFIG`: whole updates of CONFIG (e.g. `demo_tools --set model.name_or_path=WARMSTART`) by two
+trainers from the same start, one handed the rollout engine before the decoding step moved onto the device
+(`previous_engine.py`), alternating `--repeats` times; both sample the same episodes, so every phase but the
+rollout does the same work. Prints the per-phase seconds and `speedup: N.Nx` (whole update, previous / today).
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from r1trade.runtime import cpu_header
 def one_mode(lora: bool, rows: int, tokens: int, cpu_kernels: str) -> dict:
     from r1trade.models.loading import load_agent_models
     from r1trade.config import load_config
-    from r1trade.rl.batch import RolloutBatch, compute_advantages
+    from r1trade.rl.advantages import compute_advantages
+    from r1trade.rl.batch import RolloutBatch
     from r1trade.rl.trainer import Trainer
 
     config = load_config(
@@ -155,7 +161,8 @@ def profile_step(mode: str, extra: list[str]) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from r1trade.models.prefix import common_prefix_length
-    from r1trade.rl.batch import collate, compute_advantages
+    from r1trade.rl.advantages import compute_advantages
+    from r1trade.rl.batch import collate
 
     print(cpu_header())
     trainer = sharing_trainer(mode, extra)
@@ -193,6 +200,45 @@ def profile_step(mode: str, extra: list[str]) -> None:
               f"{2 * positions * k * m / seconds / 1e9:.0f} GFLOP/s")
 
 
+def against_previous(config_name: str, overrides: list[str], repeats: int) -> None:
+    """Whole updates of one config, the previous rollout engine against today's, alternated (AB BA ...)."""
+    from previous_engine import PREVIOUS, previous_engine
+
+    from r1trade.config import load_config
+    from r1trade.env.trading_env import make_envs
+    from r1trade.models.loading import load_agent_models
+    from r1trade.rl.trainer import Trainer
+
+    config = load_config(config_name, overrides)
+    trainers = {}
+    for name in ("previous", "today"):
+        torch.manual_seed(config.seed)
+        models = load_agent_models(config.model, seed=config.seed)
+        trainers[name] = Trainer(config, models, lambda n: make_envs(config, n, "train"),
+                                 Path(f"/tmp/r1trade-bench-{name}"))
+    old = trainers["previous"]
+    old.engine = previous_engine(old.models.policy, old.models.tokenizer, old.sampling)
+    print(cpu_header())
+    print(f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; {config_name} {' '.join(overrides)}; "
+          f"previous = {PREVIOUS}; {repeats} updates each, alternated")
+    seconds: dict[str, list[dict]] = {name: [] for name in trainers}
+    for round_ in range(repeats):
+        for name in ("previous", "today") if round_ % 2 == 0 else ("today", "previous"):
+            trainer = trainers[name]
+            metrics = trainer.update()
+            trainer.state.step += 1
+            phases = {k: metrics[f"{k}_seconds"] for k in ("rollout", "score", "update")}
+            phases["whole"] = sum(phases.values())
+            seconds[name].append(phases)
+            print(f"{name:>8} update {round_ + 1}: " + ", ".join(f"{k} {v:5.2f} s" for k, v in phases.items())
+                  + f" | return {metrics.get('return', float('nan')):+.3f}", flush=True)
+    means = {name: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} for name, rows in seconds.items()}
+    for name, mean in means.items():
+        print(f"{name:>8} mean: " + ", ".join(f"{k} {v:5.2f} s" for k, v in mean.items()))
+    print(f"rollout speedup: {means['previous']['rollout'] / means['today']['rollout']:.2f}x")
+    print(f"speedup: {means['previous']['whole'] / means['today']['whole']:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
@@ -210,7 +256,15 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="extra config overrides (a.b=c)")
     parser.add_argument("--mode-set", action="append", default=[], metavar="MODE:a.b=c",
                         help="with --compare-shared-prefix: an override for one mode only (e.g. its model)")
+    parser.add_argument("--against-previous", metavar="CONFIG",
+                        help="whole updates of CONFIG with the previous rollout engine and today's, alternated")
     args = parser.parse_args()
+    if args.against_previous:
+        from r1trade.quiet import quiet_third_party
+
+        quiet_third_party()
+        against_previous(args.against_previous, args.set, args.repeats)
+        return
     if args.profile_step:
         from r1trade.quiet import quiet_third_party
 

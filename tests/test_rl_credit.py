@@ -11,8 +11,15 @@ import torch
 from r1trade.rollout.loop import Segment, Trajectory, Turn
 from r1trade.config import load_config
 from r1trade.errors import ConfigError
-from r1trade.rl.advantages import decision_group_advantages, group_relative, turn_discounts
-from r1trade.rl.batch import RolloutBatch, TurnView, collate, compute_advantages, kl_coefficients, kl_in_loss
+from r1trade.rl.advantages import (
+    compute_advantages,
+    decision_group_advantages,
+    group_relative,
+    kl_coefficients,
+    kl_in_loss,
+    turn_discounts,
+)
+from r1trade.rl.batch import RolloutBatch, TurnView, collate
 
 
 def test_group_relative_baselines_by_hand() -> None:

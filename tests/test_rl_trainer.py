@@ -107,6 +107,24 @@ def test_metrics_cover_rewards_ppo_diagnostics_and_speed(tmp_path: Path):
     assert row["optimizer_steps"] == 2 * 2  # 2 epochs over 8 one-segment episodes in minibatches of 4
 
 
+def test_the_stabilisers_log_what_they_did(tmp_path: Path):
+    """GiGPO's step groups, DAPO's dynamic sampling and sequence-level averaging, KL-Cov: each update logs the share
+    of step groups with more than one member, the share of groups dropped and the tokens KL-Cov acted on."""
+    config = make_config(updates=2, algorithm="grpo", group_size=4, step_groups="true", dynamic_sampling="true",
+                         loss_aggregation="sequence", entropy_control="kl_cov")
+    make_trainer(config, tmp_path, turns=2).train()
+    for row in read_metrics(tmp_path):
+        # VowelEnv answers every member of a group alike, so every state is faced by all four members
+        assert row["step_group_shared_rate"] == 1.0
+        assert row["dynamic_sampling_dropped_rate"] in (0.0, 0.5)  # two groups, one kept at least
+        # one token (0.002 of a micro-batch's, at least one) in each of a step's two micro-batches of two rows
+        assert row["kl_cov_tokens"] == 2 and row["skipped_steps"] == 0
+    plain = make_config(updates=1)
+    make_trainer(plain, tmp_path / "plain").train()
+    (row,) = read_metrics(tmp_path / "plain")
+    assert not {"step_group_shared_rate", "dynamic_sampling_dropped_rate", "kl_cov_tokens"} & row.keys()
+
+
 def test_optimizer_steps_count_segments_not_episodes(tmp_path: Path):
     """A context reset splits an episode into segments, and minibatches are counted in segments: 8 episodes of 2
     fresh-context turns are 16 rows, 4 minibatches of 4 per epoch."""
@@ -170,7 +188,8 @@ def test_advantage_mask_changes_nothing_with_credit_per_turn_and_the_loss_mask(t
     """With credit per turn a turn's advantage is one number for its tokens: the advantage mask only decides whether
     the observation tokens after it receive it too, and the loss mask keeps those out of the loss. Same loss, same
     gradient (why the ablation's no-advantage-mask row equals the full one; token-level GAE is where it bites)."""
-    from r1trade.rl.batch import collate, compute_advantages
+    from r1trade.rl.advantages import compute_advantages
+    from r1trade.rl.batch import collate
 
     results = []
     for switch in ("true", "false"):
@@ -198,7 +217,8 @@ def test_advantage_mask_changes_nothing_with_credit_per_turn_and_the_loss_mask(t
 def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Path, monkeypatch):
     """d loss / d log π(token) on observation tokens: exactly zero with the loss mask, non-zero without it."""
     from r1trade.models import scoring
-    from r1trade.rl.batch import collate, compute_advantages
+    from r1trade.rl.advantages import compute_advantages
+    from r1trade.rl.batch import collate
 
     captured = []
     real = scoring.token_logprobs_and_entropy

@@ -15,7 +15,9 @@ from r1trade.models.prefix import common_prefix_length
 from r1trade.models.loading import load_agent_models
 from r1trade.models.scoring import backbone_hidden
 from r1trade.config import load_config
-from r1trade.rl.batch import RolloutBatch, collate, compute_advantages
+from r1trade.rl.advantages import compute_advantages
+from r1trade.rl.batch import RolloutBatch, collate
+from r1trade.rl.losses import sequence_weights
 from r1trade.rl.trainer import Trainer, _epoch_order
 
 VOCAB = 580  # the tiny tokenizer has 586 tokens
@@ -155,6 +157,25 @@ def test_the_micro_batch_size_changes_no_trained_weight(tmp_path):
     assert weights[1] and all(not torch.equal(weights[1][n], w) for n, w in before.items())  # every tensor trained
     for name, weight in weights[1].items():
         torch.testing.assert_close(weights[4][name], weight, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_sequence_level_averaging_is_the_same_whatever_the_micro_batch_size(tmp_path):
+    """Under `train.loss_aggregation: sequence` each micro-batch is weighed by its share of the minibatch's token
+    weights (1 / its episode's loss tokens), so the cut changes no weight; the rows have 4 to 6 sampled tokens, so
+    the weights differ from the token-level mean's."""
+    def trained(aggregation: str, micro: int) -> dict[str, torch.Tensor]:
+        trainer = make_trainer(tmp_path / f"{aggregation}{micro}", lora=True, share=True, algorithm="grpo", extra=(
+            f"train.micro_batch_size={micro}", f"train.loss_aggregation={aggregation}", "train.epochs=1"))
+        batch = compute_advantages(trainer.score(shared_batch()), trainer.config.train)
+        if aggregation == "sequence":
+            batch.loss_weight = sequence_weights(batch.action_mask, batch.trajectory)
+        trainer.optimise(batch)
+        return {n: p.detach().clone() for n, p in trainer.models.policy.named_parameters() if p.requires_grad}
+
+    one, four, token = trained("sequence", 1), trained("sequence", 4), trained("token", 4)
+    for name, weight in one.items():
+        torch.testing.assert_close(four[name], weight, rtol=1e-4, atol=1e-6, msg=name)
+    assert any(not torch.allclose(token[name], weight, rtol=1e-4, atol=1e-6) for name, weight in one.items())
 
 
 def test_shared_prefix_hidden_states_match_with_padding_and_shared_sampled_tokens(tiny_agent):

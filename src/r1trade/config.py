@@ -219,7 +219,9 @@ class EnvConfig(Section):
     max_tool_calls: int = Field(3, ge=1, le=64, description="tool calls per decision before a forced hold")
     history_turns: int = Field(2, ge=1, le=256, description="past turns kept in full after a context reset")
     max_context_turns: int = Field(6, ge=1, le=256, description="turns a context may hold before it is reset")
-    max_candles: int = Field(12, ge=1, le=1_000, description="most bars get_candles returns (~45 tokens a bar)")
+    max_candles: int = Field(
+        12, ge=1, le=1_000, description="most bars get_candles returns (~45 tokens a bar)"
+    )
     indicators: list[str] = ["rsi_14", "macd_hist", "bb_pctb", "atr_14", "sma_20", "ema_50", "volume_z"]
     observe_indicators: list[str] = Field(
         ["rsi_14", "sma_20"], description="indicators shown in every observation (a subset of `indicators`)"
@@ -236,17 +238,46 @@ class EnvConfig(Section):
         False, description="offer get_volatility: realised volatility (annualised over a 365-day year) and "
         "mean true range in % of price, for sizing a position from risk"
     )
+    mandate: Literal["none", "vol_target"] = Field(
+        "none", description="none: trade for return; vol_target: hold a long exposure from env.exposures whose "
+        "realised volatility stays near rewards.vol_target (paid by the rewards.mandate component)"
+    )
+    exposures: list[float] = Field(
+        [0.0, 0.25, 0.5, 0.75, 1.0, 1.5], min_length=1, max_length=16,
+        description="mandate vol_target: the long sizes (fractions of equity) an order may name; close_position "
+        "holds 0, above 1 is held on margin (at most max_position_frac)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> EnvConfig:
         if self.max_position_frac > self.max_leverage:
             raise ValueError("max_position_frac must not exceed max_leverage")
+        if self.mandate == "vol_target":
+            self._check_vol_target()
         if self.max_context_turns < self.history_turns:
             raise ValueError("max_context_turns must be at least history_turns")
         unknown = [name for name in self.observe_indicators if name not in self.indicators]
         if unknown:
             raise ValueError(f"observe_indicators {unknown} are not in indicators")
         return self
+
+    def _check_vol_target(self) -> None:
+        """The volatility-target mandate holds long sizes from `exposures`, over intervals long enough to measure
+        a volatility."""
+        if self.allow_short:
+            raise ValueError("mandate vol_target holds long positions only: set allow_short to false")
+        if self.decision_every < 2:
+            raise ValueError("mandate vol_target measures each decision's volatility over its bars: "
+                             "decision_every must be at least 2")
+        if min(self.exposures) < 0 or len(set(self.exposures)) < len(self.exposures):
+            raise ValueError("exposures must be distinct sizes of at least 0")
+        if not any(size > 0 for size in self.exposures):
+            raise ValueError("exposures need a size above 0")
+        if max(self.exposures) > self.max_position_frac:
+            raise ValueError(
+                f"exposures go up to {max(self.exposures):g} but max_position_frac is {self.max_position_frac:g}:"
+                f" raise it to {max(self.exposures):g} (a size above 1 is held on margin)"
+            )
 
 
 class RewardsConfig(Section):
@@ -286,6 +317,13 @@ class RewardsConfig(Section):
     risk_turnover: float = Field(-0.02, description="trading while turnover exceeds max_turnover")
     max_turnover: float = Field(3.0, gt=0, description="traded notional / equity allowed over turnover_window")
     turnover_window: int = Field(6, ge=1, le=MAX_COUNT, description="decisions over which turnover is summed")
+    mandate: float = Field(
+        -1.0, description="× the volatility mandate's miss ((size × realised volatility - vol_target) / "
+        "vol_target)² of each decision (env.mandate vol_target only; cash misses by 1)"
+    )
+    vol_target: float = Field(
+        0.4, gt=0, le=10, description="the mandate's target volatility, annualised over a 365-day year (0.4 = 40 %)"
+    )
 
 
 # --------------------------------------------------------------------------- model, rollout, training
@@ -380,7 +418,9 @@ class RolloutConfig(Section):
     """How episodes are sampled from the policy."""
 
     num_envs: int = Field(8, ge=1, le=MAX_BATCH)
-    max_new_tokens: int = Field(96, ge=1, le=32_768, description="at most 32,768: the longest context of the models")
+    max_new_tokens: int = Field(
+        96, ge=1, le=32_768, description="at most 32,768: the longest context of the models"
+    )
     temperature: float = Field(1.0, ge=0)
     temperature_from: dict[Annotated[int, Field(ge=1, le=MAX_COUNT)], Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict, description="training only: another sampling temperature from a given update on, e.g. "
@@ -450,7 +490,8 @@ class TrainConfig(Section):
     warmup_updates: int = Field(0, ge=0, le=MAX_COUNT, description="linear learning-rate warm-up")
     epochs: int = Field(2, ge=1, le=1_000, description="passes over each rollout batch")
     minibatch_size: int = Field(
-        4, ge=1, le=MAX_COUNT, description="token segments per optimiser step (a context reset starts a new segment: with"
+        4, ge=1, le=MAX_COUNT,
+        description="token segments per optimiser step (a context reset starts a new segment: with"
         " env.max_context_turns 1, one per decision); the training metrics count the steps, optimizer_steps"
     )
     micro_batch_size: int = Field(
@@ -480,7 +521,8 @@ class TrainConfig(Section):
         "while its trade learns to read the answer. None: kl_coef on every token"
     )
     look_kl_updates: int | None = Field(
-        None, ge=1, le=MAX_COUNT, description="look_kl_coef holds for updates 1 to this one, kl_coef on every token after: the "
+        None, ge=1, le=MAX_COUNT,
+        description="look_kl_coef holds for updates 1 to this one, kl_coef on every token after: the "
         "anchor can come off once the tool choice has settled. None: every update"
     )
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
@@ -510,7 +552,8 @@ class TrainConfig(Section):
     )
     max_grad_norm: float = Field(1.0, gt=0)
     logprob_chunk: int = Field(
-        256, ge=1, le=8_192, description="tokens per chunk when computing log-probs (at most 8,192: a chunk's logits"
+        256, ge=1, le=8_192,
+        description="tokens per chunk when computing log-probs (at most 8,192: a chunk's logits"
         " take chunk × vocabulary × 4 bytes)"
     )
     old_logprobs: Literal["rollout", "recompute"] = Field(
@@ -527,7 +570,8 @@ class TrainConfig(Section):
     )
     checkpoint_every: int = Field(10, ge=1, le=MAX_COUNT)
     walk_forward: int | None = Field(
-        None, ge=2, le=10_000, description="train K agents, one per walk-forward fold, into runs/<name>/fold-<k>/: fold k's "
+        None, ge=2, le=10_000,
+        description="train K agents, one per walk-forward fold, into runs/<name>/fold-<k>/: fold k's "
         "agent on every bar before its fold's test window less data.split.embargo_bars (an expanding window); the "
         "test windows are the K folds `backtest --walk-forward K` cuts, from backtest.split or, with "
         "walk_forward_span all, from every bar after the train split"
@@ -601,7 +645,8 @@ class WarmstartConfig(Section):
         " (the largest allowed size, no stop, no take-profit: only the direction varies, fewer tokens to learn)",
     )
     max_info_calls: int = Field(
-        0, ge=0, le=64, description="the random policy's information calls before each trade: 0 to this many, drawn "
+        0, ge=0, le=64,
+        description="the random policy's information calls before each trade: 0 to this many, drawn "
         "uniformly, each a distinct information tool drawn at random"
     )
     restate: Literal["all", "none"] = Field(
@@ -617,9 +662,12 @@ class WarmstartConfig(Section):
         [], description="information tools every random demonstration calls first, before its random draws (a "
         "diagnostic: with [get_changes] every trade has the signal in view)"
     )
-    episodes: int = Field(16, ge=1, le=MAX_COUNT, description="demonstration episodes played on the train split")
+    episodes: int = Field(
+        16, ge=1, le=MAX_COUNT, description="demonstration episodes played on the train split"
+    )
     episode_decisions: int | None = Field(
-        2, ge=1, le=10_000, description="decisions per demonstration episode (None: env.episode_decisions); each episode is one"
+        2, ge=1, le=10_000,
+        description="decisions per demonstration episode (None: env.episode_decisions); each episode is one"
         " example, so shorter episodes mean shorter examples and faster steps"
     )
     max_steps: int = Field(10, ge=1, le=MAX_COUNT, description="optimiser steps")
@@ -634,7 +682,8 @@ class BacktestConfig(Section):
     split: Literal["train", "validation", "test"] = "test"
     strategies: list[str] = ["buy_and_hold", "sma_crossover", "rsi_mean_reversion", "random"]
     random_seeds: int = Field(
-        5, ge=1, le=1_000, description="seeds averaged for the random baseline (seed, seed + 1, ...; `seed` is the run's)"
+        5, ge=1, le=1_000,
+        description="seeds averaged for the random baseline (seed, seed + 1, ...; `seed` is the run's)"
     )
     params: dict[str, dict[str, Any]] = Field(
         {}, description="parameter overrides per baseline, e.g. {sma_crossover: {fast: 10, slow: 30}}"
@@ -651,7 +700,8 @@ class BacktestConfig(Section):
         " batch; each starts flat with the initial cash and their returns are compounded",
     )
     max_decisions: int | None = Field(
-        None, ge=1, le=MAX_COUNT, description="cap on a model's decisions (quick runs): only the first part of the split is evaluated"
+        None, ge=1, le=MAX_COUNT,
+        description="cap on a model's decisions (quick runs): only the first part of the split is evaluated"
     )
     bootstrap_block: int = Field(
         10, ge=1, le=MAX_COUNT,

@@ -1,5 +1,6 @@
-"""Advantage estimators: masked GAE (over tokens, or over turns), group baselines (GRPO, Dr. GRPO, RLOO, and
-per-decision groups), REINFORCE++, the StarPO-S filter.
+"""Advantage estimators: masked GAE (over tokens, or over turns), group baselines (GRPO, Dr. GRPO, RLOO, per-decision
+groups and GiGPO's step-level groups), REINFORCE++, the StarPO-S filter; and `compute_advantages`, which fills a
+rollout batch's advantages by the train config, with the KL helpers it shares with the loss.
 
 Rewards are per token: each turn's process reward sits on that turn's last sampled token, the outcome
 reward on the final sampled token, zeros elsewhere. Every trajectory is treated as ending at its last
@@ -10,9 +11,13 @@ used token (bootstrap 0). Advantages and returns are training targets, so every 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
+from r1trade.config import GROUP_ALGORITHMS, TrainConfig
+from r1trade.rl.batch import RolloutBatch, TrajectoryView, TurnView
+from r1trade.rl.losses import kl_penalty
 from r1trade.rl.masks import masked_var, masked_whiten, zero_outside
 
 
@@ -196,6 +201,31 @@ def decision_group_advantages(
 
 
 @torch.no_grad()
+def step_group_advantages(
+    step_returns: torch.Tensor,
+    present: torch.Tensor,
+    states: torch.Tensor,
+    baseline: GroupBaseline = "mean",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GiGPO's step-level advantage (arXiv 2505.10978): each turn's return against the returns of every turn in the
+    batch that faced the same anchor state. -> (N, K).
+
+    `step_returns`, `present` and `states` are (N, K) turn tensors; equal `states` ids form a step group, compared by
+    `group_relative`'s `baseline`. A state only one turn faced gets 0, as does every absent turn.
+
+    >>> step_group_advantages(torch.tensor([[1.0, 4.0], [3.0, 2.0]]), torch.ones(2, 2), torch.tensor([[0, 1], [0, 2]]))
+    tensor([[-1.,  0.],
+            [ 1.,  0.]])
+    """
+    keep = present.bool()  # (N, K)
+    out = torch.zeros_like(step_returns)
+    if keep.any():
+        out[keep] = group_relative(step_returns[keep], states[keep], baseline, eps=eps)
+    return out
+
+
+@torch.no_grad()
 def reinforce_pp_returns(
     rewards: torch.Tensor,
     action_mask: torch.Tensor,
@@ -281,3 +311,127 @@ def keep_top_groups_by_std(scores: torch.Tensor, group_ids: torch.Tensor, keep_f
     kept_groups = torch.zeros_like(std, dtype=torch.bool)
     kept_groups[ranked[:num_keep]] = True
     return kept_groups[group]
+
+
+def kl_coefficients(batch: RolloutBatch, config: TrainConfig) -> float | torch.Tensor:
+    """The KL coefficient per token: `kl_coef`, except `look_kl_coef` on the tokens of turns that placed no trade.
+    -> float, or (R, T) when the two differ."""
+    if config.look_kl_coef is None or batch.looking is None:
+        return config.kl_coef
+    return config.kl_coef + (config.look_kl_coef - config.kl_coef) * batch.looking
+
+
+def uses_kl(config: TrainConfig) -> bool:
+    """Whether any token pays a KL penalty."""
+    return config.kl_coef > 0 or bool(config.look_kl_coef)
+
+
+def kl_in_loss(config: TrainConfig) -> bool:
+    """Whether the KL penalty is a term of the loss rather than of each token's reward (`train.kl_placement`)."""
+    if config.kl_placement == "auto":
+        return config.algorithm in GROUP_ALGORITHMS
+    return config.kl_placement == "loss"
+
+
+def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch:
+    """Fill `advantages` (and `returns` and `value_mask` for PPO) by `config.algorithm` and the mask switches."""
+    view = TrajectoryView(batch)
+    action = view.to_trajectories(batch.action_mask)  # (N, L)
+    valid = view.to_trajectories(batch.attention_mask.float())  # (N, L)
+    rewards = view.to_trajectories(batch.rewards)  # (N, L)
+    broadcast = action if config.advantage_mask else valid  # tokens that receive an advantage
+    kl = None  # the KL penalty in the reward, where it goes there
+    if batch.ref_logprobs is not None and uses_kl(config) and not kl_in_loss(config):
+        kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
+    coefficients = kl_coefficients(batch, config) if kl is not None else 0.0
+    if isinstance(coefficients, torch.Tensor):
+        coefficients = view.to_trajectories(coefficients)  # (N, L)
+    token_level_reinforce = config.algorithm == "reinforce_pp" and config.credit == "token"
+    if kl is not None and not token_level_reinforce:  # (REINFORCE++ per token shapes its returns with it below)
+        rewards = rewards - coefficients * kl * action
+    if config.algorithm == "ppo":
+        assert batch.old_values is not None, "PPO needs the critic's values"
+        values = view.to_trajectories(batch.old_values)
+        if config.credit == "turn":
+            turns = TurnView.of(batch, view, config.advantage_mask)
+            discount = _turn_discounts(batch, view, turns, config)
+            turn_advantages, turn_returns = gae(
+                turns.sum(rewards), turns.first(values), turns.present, discount, config.lam
+            )  # (N, K) each
+            advantages = turns.broadcast(masked_whiten(turn_advantages, turns.present))
+            returns = turns.at_first_tokens(turn_returns)
+            value_mask = turns.first_token_mask()
+        else:
+            advantages, returns = gae(
+                rewards, values, action, config.gamma, config.lam,
+                advantage_mask=config.advantage_mask, valid_mask=valid,
+            )
+            advantages = masked_whiten(advantages, broadcast)
+            value_mask = broadcast
+        return replace(
+            batch, advantages=view.to_rows(advantages), returns=view.to_rows(returns),
+            value_mask=view.to_rows(value_mask),
+        )
+    if config.algorithm in GROUP_ALGORITHMS:
+        groups = batch.group.new_zeros(view.num_trajectories).index_copy_(0, batch.trajectory, batch.group)
+        baseline = _GROUP_BASELINE[config.algorithm]
+        episode = group_relative(rewards.sum(dim=1), groups, baseline)  # (N,)
+        advantages = episode[:, None] * broadcast  # (N, L)
+        if config.decision_advantage_coef > 0 or config.step_groups:
+            turns = TurnView.of(batch, view, config.advantage_mask)
+        if config.decision_advantage_coef > 0:
+            decisions = turns.shared(view.to_trajectories(batch.decision.float())).long()  # (N, K)
+            per_turn = _per_decision_advantages(turns.sum(rewards), decisions, turns.present, groups, baseline)
+            advantages = advantages + config.decision_advantage_coef * turns.broadcast(per_turn)
+        if config.step_groups:
+            if batch.anchor is None:
+                raise ValueError("step_groups needs the anchor states `collate` records")
+            states = turns.shared(view.to_trajectories(batch.anchor.float() + 1)).long() - 1  # (N, K)
+            discount = _turn_discounts(batch, view, turns, config)
+            returns = _discounted_cumsum(turns.sum(rewards), turns.present, discount)  # (N, K)
+            per_turn = step_group_advantages(returns, turns.present, states, baseline)
+            advantages = advantages + config.step_group_weight * turns.broadcast(per_turn)
+        return replace(batch, advantages=view.to_rows(advantages))
+    if config.credit == "turn":
+        turns = TurnView.of(batch, view, config.advantage_mask)
+        discount = _turn_discounts(batch, view, turns, config)
+        per_turn = reinforce_pp_turn_advantages(turns.sum(rewards), turns.present, discount)  # (N, K)
+        return replace(batch, advantages=view.to_rows(turns.broadcast(per_turn)))
+    advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=coefficients)
+    return replace(batch, advantages=view.to_rows(advantages))
+
+
+_GROUP_BASELINE = {"grpo": "mean_std", "dr_grpo": "mean", "rloo": "leave_one_out"}
+
+
+def _turn_discounts(
+    batch: RolloutBatch, view: TrajectoryView, turns: TurnView, config: TrainConfig
+) -> float | torch.Tensor:
+    """`gamma`, or per turn `turn_gamma` within a decision and `gamma` between decisions. -> float or (N, K)."""
+    if config.turn_gamma is None:
+        return config.gamma
+    decisions = turns.shared(view.to_trajectories(batch.decision.float())).long()  # (N, K)
+    return turn_discounts(decisions, config.gamma, config.turn_gamma)
+
+
+def _per_decision_advantages(
+    turn_rewards: torch.Tensor, decisions: torch.Tensor, present: torch.Tensor, groups: torch.Tensor, baseline: str
+) -> torch.Tensor:
+    """Each turn's share of the per-decision group term: the reward of the decision it served (the sum over that
+    decision's turns) against the group's at the same decision index. (N, K) turn tensors in, (N, K) out."""
+    per_decision = turn_rewards.new_zeros(turn_rewards.shape[0], int(decisions.max()) + 1)  # (N, D)
+    per_decision.scatter_add_(1, decisions, turn_rewards * present)
+    reached = torch.zeros_like(per_decision).scatter_add_(1, decisions, present.float()) > 0  # (N, D)
+    return decision_group_advantages(per_decision, reached, groups, baseline).gather(1, decisions)
+
+
+def shared_step_group_rate(batch: RolloutBatch) -> float:
+    """The share of the batch's step groups (anchor states, `r1trade.rl.batch.anchor_states`) that more than one
+    turn faced: only those carry a step-level signal."""
+    sampled = (batch.turn >= 0) & (batch.anchor >= 0)  # (R, T)
+    trajectory = batch.trajectory[:, None].expand_as(batch.turn)  # (R, T)
+    turns = torch.stack([trajectory[sampled], batch.turn[sampled], batch.anchor[sampled]], dim=1).unique(dim=0)
+    if len(turns) == 0:
+        return 0.0
+    _, members = turns[:, 2].unique(return_counts=True)
+    return float((members > 1).float().mean())

@@ -1,29 +1,17 @@
-"""From rollout trajectories to padded training tensors, and the advantages of each algorithm.
+"""From rollout trajectories to padded training tensors, and the views that lay them out per trajectory and turn.
 
 A trajectory may span several token segments (the environment bounds its context). Rows of the batch are
-segments; advantages are computed per *trajectory* by laying its segments end to end, so credit flows across a
-context reset exactly as within one context.
+segments; `TrajectoryView` lays a trajectory's segments end to end, so credit (`r1trade.rl.advantages`) flows
+across a context reset exactly as within one context, and `TurnView` gathers its tokens into turns.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import torch
 
 from r1trade.rollout.loop import Trajectory
-from r1trade.config import GROUP_ALGORITHMS, TrainConfig
-from r1trade.rl.advantages import (
-    decision_group_advantages,
-    gae,
-    group_relative,
-    keep_top_groups_by_std,
-    reinforce_pp_advantages,
-    reinforce_pp_turn_advantages,
-    turn_discounts,
-)
-from r1trade.rl.losses import kl_penalty
-from r1trade.rl.masks import masked_whiten
 
 
 @dataclass
@@ -45,6 +33,8 @@ class RolloutBatch:
     returns: torch.Tensor | None = None  # (R, T) value targets, where `value_mask` is 1
     value_mask: torch.Tensor | None = None  # (R, T) tokens whose value the critic is trained on
     looking: torch.Tensor | None = None  # (R, T) 1 = sampled in a turn that placed no trade (a look or a bad call)
+    anchor: torch.Tensor | None = None  # (R, T) long: the anchor state of that turn (`anchor_states`), else -1
+    loss_weight: torch.Tensor | None = None  # (R, T) each token's weight in the loss's mean (None: 1 each)
 
     @property
     def rows(self) -> int:
@@ -86,6 +76,7 @@ def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
         turn=torch.full((rows, width), -1, dtype=torch.long),
         decision=torch.full((rows, width), -1, dtype=torch.long),
         looking=torch.zeros(rows, width),
+        anchor=torch.full((rows, width), -1, dtype=torch.long),
     )
     for row, (*_, seg) in enumerate(segments):
         length = len(seg)
@@ -95,14 +86,42 @@ def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
         batch.old_logprobs[row, :length] = torch.tensor(seg.logprobs)
         batch.rewards[row, :length] = torch.tensor(seg.rewards)
     row_of = {(n, i): row for row, (n, i, _, _) in enumerate(segments)}
+    anchor_ids: dict[tuple, int] = {}  # equal anchor states get equal ids, numbered as they first appear
     for n, trajectory in enumerate(trajectories):
-        for k, turn in enumerate(trajectory.turns):
+        for k, (turn, state) in enumerate(zip(trajectory.turns, anchor_states(trajectory), strict=True)):
             row = row_of[n, turn.segment]
+            batch.anchor[row, turn.start : turn.end] = anchor_ids.setdefault(state, len(anchor_ids))
             batch.turn[row, turn.start : turn.end] = k
             batch.decision[row, turn.start : turn.end] = int(turn.info.get("decision_index", k))
             if not turn.info.get("decision_done", True):
                 batch.looking[row, turn.start : turn.end] = 1.0
     return batch
+
+
+def anchor_states(trajectory: Trajectory) -> list[tuple]:
+    """The anchor state each turn was sampled in, GiGPO's key for step-level groups: the start-state group (the
+    window), the decision index, the side of the position held (-1, 0, 1) and the tokens of every answer the
+    environment gave earlier in the same decision (tool results, error messages).
+
+    Members of a group see the same bar at decision k; their equity and size differ once their trades do, so the
+    position counts by its side only. The model's own earlier text is not part of the state (GiGPO anchors on the
+    environment's observation), and neither is the observation that opens a decision, which holds the portfolio.
+    """
+    states: list[tuple] = []
+    answers: list[tuple[int, ...]] = []
+    position = 0.0
+    for k, turn in enumerate(trajectory.turns):
+        decision = int(turn.info.get("decision_index", k))
+        if k and decision == int(trajectory.turns[k - 1].info.get("decision_index", k - 1)):
+            before = trajectory.turns[k - 1]
+            start = before.end if before.segment == turn.segment else 0
+            answers.append(tuple(trajectory.segments[turn.segment].token_ids[start : turn.start]))
+        else:
+            answers = []
+        side = (position > 0) - (position < 0)
+        states.append((trajectory.group, decision, side, tuple(answers)))
+        position = float(turn.info.get("position", position))
+    return states
 
 
 class TrajectoryView:
@@ -139,124 +158,6 @@ def trajectory_scores(batch: RolloutBatch) -> torch.Tensor:
     """Total reward per trajectory. -> (N,)"""
     n = int(batch.trajectory.max()) + 1
     return batch.rewards.new_zeros(n).index_add_(0, batch.trajectory, batch.rewards.sum(dim=1))
-
-
-def filter_top_groups(batch: RolloutBatch, keep_frac: float) -> RolloutBatch:
-    """StarPO-S: keep the rows of start-state groups with the largest reward spread."""
-    if keep_frac >= 1.0:
-        return batch
-    scores = trajectory_scores(batch)
-    n = scores.shape[0]
-    groups = batch.group.new_zeros(n).index_copy_(0, batch.trajectory, batch.group)
-    keep_trajectory = keep_top_groups_by_std(scores, groups, keep_frac)  # (N,)
-    rows = keep_trajectory[batch.trajectory].nonzero().squeeze(1)
-    kept = batch.select(rows)
-    # renumber trajectories densely so per-trajectory views stay compact
-    _, kept.trajectory = torch.unique(kept.trajectory, return_inverse=True)
-    return kept
-
-
-def kl_coefficients(batch: RolloutBatch, config: TrainConfig) -> float | torch.Tensor:
-    """The KL coefficient per token: `kl_coef`, except `look_kl_coef` on the tokens of turns that placed no trade.
-    -> float, or (R, T) when the two differ."""
-    if config.look_kl_coef is None or batch.looking is None:
-        return config.kl_coef
-    return config.kl_coef + (config.look_kl_coef - config.kl_coef) * batch.looking
-
-
-def uses_kl(config: TrainConfig) -> bool:
-    """Whether any token pays a KL penalty."""
-    return config.kl_coef > 0 or bool(config.look_kl_coef)
-
-
-def kl_in_loss(config: TrainConfig) -> bool:
-    """Whether the KL penalty is a term of the loss rather than of each token's reward (`train.kl_placement`)."""
-    if config.kl_placement == "auto":
-        return config.algorithm in GROUP_ALGORITHMS
-    return config.kl_placement == "loss"
-
-
-def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch:
-    """Fill `advantages` (and `returns` and `value_mask` for PPO) by `config.algorithm` and the mask switches."""
-    view = TrajectoryView(batch)
-    action = view.to_trajectories(batch.action_mask)  # (N, L)
-    valid = view.to_trajectories(batch.attention_mask.float())  # (N, L)
-    rewards = view.to_trajectories(batch.rewards)  # (N, L)
-    broadcast = action if config.advantage_mask else valid  # tokens that receive an advantage
-    kl = None  # the KL penalty in the reward, where it goes there
-    if batch.ref_logprobs is not None and uses_kl(config) and not kl_in_loss(config):
-        kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
-    coefficients = kl_coefficients(batch, config) if kl is not None else 0.0
-    if isinstance(coefficients, torch.Tensor):
-        coefficients = view.to_trajectories(coefficients)  # (N, L)
-    token_level_reinforce = config.algorithm == "reinforce_pp" and config.credit == "token"
-    if kl is not None and not token_level_reinforce:  # (REINFORCE++ per token shapes its returns with it below)
-        rewards = rewards - coefficients * kl * action
-    if config.algorithm == "ppo":
-        assert batch.old_values is not None, "PPO needs the critic's values"
-        values = view.to_trajectories(batch.old_values)
-        if config.credit == "turn":
-            turns = TurnView.of(batch, view, config.advantage_mask)
-            discount = _turn_discounts(batch, view, turns, config)
-            turn_advantages, turn_returns = gae(
-                turns.sum(rewards), turns.first(values), turns.present, discount, config.lam
-            )  # (N, K) each
-            advantages = turns.broadcast(masked_whiten(turn_advantages, turns.present))
-            returns = turns.at_first_tokens(turn_returns)
-            value_mask = turns.first_token_mask()
-        else:
-            advantages, returns = gae(
-                rewards, values, action, config.gamma, config.lam,
-                advantage_mask=config.advantage_mask, valid_mask=valid,
-            )
-            advantages = masked_whiten(advantages, broadcast)
-            value_mask = broadcast
-        return replace(
-            batch, advantages=view.to_rows(advantages), returns=view.to_rows(returns),
-            value_mask=view.to_rows(value_mask),
-        )
-    if config.algorithm in GROUP_ALGORITHMS:
-        groups = batch.group.new_zeros(view.num_trajectories).index_copy_(0, batch.trajectory, batch.group)
-        baseline = _GROUP_BASELINE[config.algorithm]
-        episode = group_relative(rewards.sum(dim=1), groups, baseline)  # (N,)
-        advantages = episode[:, None] * broadcast  # (N, L)
-        if config.decision_advantage_coef > 0:
-            turns = TurnView.of(batch, view, config.advantage_mask)
-            decisions = turns.shared(view.to_trajectories(batch.decision.float())).long()  # (N, K)
-            per_turn = _per_decision_advantages(turns.sum(rewards), decisions, turns.present, groups, baseline)
-            advantages = advantages + config.decision_advantage_coef * turns.broadcast(per_turn)
-        return replace(batch, advantages=view.to_rows(advantages))
-    if config.credit == "turn":
-        turns = TurnView.of(batch, view, config.advantage_mask)
-        discount = _turn_discounts(batch, view, turns, config)
-        per_turn = reinforce_pp_turn_advantages(turns.sum(rewards), turns.present, discount)  # (N, K)
-        return replace(batch, advantages=view.to_rows(turns.broadcast(per_turn)))
-    advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=coefficients)
-    return replace(batch, advantages=view.to_rows(advantages))
-
-
-_GROUP_BASELINE = {"grpo": "mean_std", "dr_grpo": "mean", "rloo": "leave_one_out"}
-
-
-def _turn_discounts(
-    batch: RolloutBatch, view: TrajectoryView, turns: TurnView, config: TrainConfig
-) -> float | torch.Tensor:
-    """`gamma`, or per turn `turn_gamma` within a decision and `gamma` between decisions. -> float or (N, K)."""
-    if config.turn_gamma is None:
-        return config.gamma
-    decisions = turns.shared(view.to_trajectories(batch.decision.float())).long()  # (N, K)
-    return turn_discounts(decisions, config.gamma, config.turn_gamma)
-
-
-def _per_decision_advantages(
-    turn_rewards: torch.Tensor, decisions: torch.Tensor, present: torch.Tensor, groups: torch.Tensor, baseline: str
-) -> torch.Tensor:
-    """Each turn's share of the per-decision group term: the reward of the decision it served (the sum over that
-    decision's turns) against the group's at the same decision index. (N, K) turn tensors in, (N, K) out."""
-    per_decision = turn_rewards.new_zeros(turn_rewards.shape[0], int(decisions.max()) + 1)  # (N, D)
-    per_decision.scatter_add_(1, decisions, turn_rewards * present)
-    reached = torch.zeros_like(per_decision).scatter_add_(1, decisions, present.float()) > 0  # (N, D)
-    return decision_group_advantages(per_decision, reached, groups, baseline).gather(1, decisions)
 
 
 class TurnView:

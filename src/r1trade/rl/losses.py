@@ -1,12 +1,15 @@
 """PPO losses and KL estimators over (B, T) token tensors.
 
-Every loss is one mean over the mask-1 tokens of the mask it is given (token-level, via `masked_mean`).
+Every loss is one mean over the mask-1 tokens of the mask it is given (token-level, via `masked_mean`), or, with
+per-token `weights`, a weighted mean (`token_mean`: `sequence_weights` make every episode weigh the same).
 The trainer passes the action mask, or the whole valid (attention) mask for the loss-mask ablation.
 Inputs outside the mask may hold anything, even NaN or inf: they reach neither the loss nor its gradient.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -16,6 +19,81 @@ from r1trade.rl.masks import masked_mean, zero_outside
 KLKind = Literal["k1", "k2", "k3", "abs"]
 
 
+def token_mean(x: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean of `x` over the mask-1 tokens, each weighing `weights` (B, T) (None: 1 each, DAPO's token-level
+    mean); 0 where the mask selects nothing."""
+    if weights is None:
+        return masked_mean(x, mask)
+    weights = zero_outside(weights, mask)  # (B, T)
+    return (zero_outside(x, mask) * weights).sum() / weights.sum().clamp(min=torch.finfo(x.dtype).tiny)
+
+
+def sequence_weights(mask: torch.Tensor, trajectory: torch.Tensor) -> torch.Tensor:
+    """Each mask-1 token's weight 1 / (its trajectory's mask-1 tokens): in `token_mean` every episode then weighs
+    the same however long it is (GRPO's 1/|o| per sequence), where the token-level mean lets long episodes weigh
+    more. `mask` is (R, T), `trajectory` (R,) each row's trajectory. -> (R, T), 0 off the mask."""
+    keep = mask.bool()  # (R, T)
+    counts = torch.zeros(int(trajectory.max()) + 1, device=mask.device).index_add_(0, trajectory, keep.sum(1).float())
+    return torch.where(keep, 1.0 / counts[trajectory].clamp(min=1)[:, None], 0.0)
+
+
+@dataclass(frozen=True)
+class CovControl:
+    """Entropy control on the few tokens whose log-prob and advantage covary most (arXiv 2505.22617; they drive
+    the entropy's collapse). `frac` of the mask-1 tokens (at least one) are acted on:
+
+    - `kl_cov`: the top ones by covariance pay `coef` × |logp - logp_old| on top of the clipped surrogate (the
+      reference code drops the ratio clip under KL-Cov; here it stays);
+    - `clip_cov`: ones drawn at random by `generator` among those with `bounds[0] < cov < bounds[1]` that the
+      ratio clip has not already stopped get no gradient.
+    """
+
+    kind: Literal["clip_cov", "kl_cov"]
+    frac: float
+    coef: float = 1.0
+    bounds: tuple[float, float] = (1.0, 5.0)
+    generator: torch.Generator | None = None
+
+
+def token_covariance(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """cov_i = (logp_i - mean logp) × (A_i - mean A), the means over the mask-1 tokens; no gradient. -> (B, T), 0
+    off the mask."""
+    logprobs, advantages = zero_outside(logprobs.detach(), mask), zero_outside(advantages.detach(), mask)
+    cov = (logprobs - masked_mean(logprobs, mask)) * (advantages - masked_mean(advantages, mask))  # (B, T)
+    return zero_outside(cov, mask)
+
+
+def _count(frac: float, mask: torch.Tensor) -> int:
+    """`frac` of the mask-1 tokens, rounded down, at least one (as the reference code)."""
+    return max(1, math.floor(frac * int(mask.bool().sum()) + 1e-9))
+
+
+def kl_cov_tokens(cov: torch.Tensor, mask: torch.Tensor, frac: float) -> torch.Tensor:
+    """KL-Cov's tokens: the `frac` of the mask-1 tokens with the largest covariance (ties to the earlier token).
+    -> bool (B, T)"""
+    keep = mask.bool()  # (B, T)
+    chosen = torch.zeros_like(keep)
+    if keep.any():
+        rows, columns = keep.nonzero(as_tuple=True)  # in the order of cov[keep]
+        ranked = torch.sort(cov[keep], descending=True, stable=True).indices[: _count(frac, keep)]
+        chosen[rows[ranked], columns[ranked]] = True
+    return chosen
+
+
+def clip_cov_tokens(
+    cov: torch.Tensor, mask: torch.Tensor, frac: float, bounds: tuple[float, float],
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Clip-Cov's tokens: `frac` of the mask-1 tokens (at least one) drawn without replacement among those whose
+    covariance lies strictly inside `bounds`. -> bool (B, T)"""
+    band = mask.bool() & (cov > bounds[0]) & (cov < bounds[1])  # (B, T)
+    rows, columns = band.nonzero(as_tuple=True)
+    drawn = torch.randperm(len(rows), generator=generator)[: _count(frac, mask)].to(rows.device)
+    chosen = torch.zeros_like(band)
+    chosen[rows[drawn], columns[drawn]] = True
+    return chosen
+
+
 def policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -23,25 +101,43 @@ def policy_loss(
     mask: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
+    *,
+    weights: torch.Tensor | None = None,
+    cov: CovControl | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate, ratio clipped to [1 - clip_low, 1 + clip_high]. -> (loss, stats).
 
-    loss = mean over the mask of max(-A * r, -A * clip(r)), r = exp(logprobs - old_logprobs). A larger
-    `clip_high` lets unlikely good tokens grow faster (DAPO / StarPO-S use 0.2 / 0.28). stats: `clipfrac`,
-    the share of tokens where the clipped term wins (they get no gradient); `approx_kl`, KL(old || new) by
-    the k3 estimator, the mean of (r - 1) - log r (unbiased, never negative; as CleanRL); `ratio_mean`.
+    loss = mean over the mask of max(-A * r, -A * clip(r)), r = exp(logprobs - old_logprobs), weighted by
+    `weights` if given (`token_mean`). A larger `clip_high` lets unlikely good tokens grow faster (DAPO's
+    clip-higher: 0.2 / 0.28). `cov` adds Clip-Cov or KL-Cov (`CovControl`). stats: `clipfrac`, the share of tokens
+    where the clipped term wins (they get no gradient); `approx_kl`, KL(old || new) by the k3 estimator, the mean
+    of (r - 1) - log r (unbiased, never negative; as CleanRL); `ratio_mean`; with `cov`, `kl_cov_tokens` or
+    `clip_cov_tokens`, how many tokens it acted on.
     """
     log_ratio = zero_outside(logprobs - old_logprobs, mask)  # (B, T)
     advantages = zero_outside(advantages, mask)  # (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
     unclipped = -advantages * ratio  # (B, T)
     clipped = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)  # (B, T)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    per_token = torch.maximum(unclipped, clipped)  # (B, T)
+    stats: dict[str, float] = {}
+    if cov is not None:
+        covariance = token_covariance(logprobs, advantages, mask)  # (B, T)
+        if cov.kind == "kl_cov":
+            acted = kl_cov_tokens(covariance, mask, cov.frac)
+            per_token = per_token + cov.coef * torch.where(acted, log_ratio.abs(), 0.0)
+        else:  # tokens whose gradient the ratio clip has already taken are not drawn
+            covariance = covariance.masked_fill(clipped > unclipped, -math.inf)
+            acted = clip_cov_tokens(covariance, mask, cov.frac, cov.bounds, cov.generator)
+            per_token = torch.where(acted, 0.0, per_token)
+        stats[f"{cov.kind}_tokens"] = float(acted.sum())
+    loss = token_mean(per_token, mask, weights)
     with torch.no_grad():
         stats = {
             "clipfrac": masked_mean((clipped > unclipped).to(ratio.dtype), mask).item(),
             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask).item(),
             "ratio_mean": masked_mean(ratio, mask).item(),
+            **stats,
         }
     return loss, stats
 
@@ -73,11 +169,12 @@ def value_loss(
     return loss, {"clipfrac": clipfrac}
 
 
-def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean per-token entropy (B, T) over the mask; the trainer subtracts `coef * entropy_bonus` from its
-    loss to keep exploring (small models collapse into repeated tokens without it, RAGEN's "echo trap").
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean per-token entropy (B, T) over the mask (weighted as `token_mean`); the trainer subtracts
+    `coef * entropy_bonus` from its loss to keep exploring (small models collapse into repeated tokens without it,
+    RAGEN's "echo trap").
     """
-    return masked_mean(entropy, mask)
+    return token_mean(entropy, mask, weights)
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: KLKind = "k1") -> torch.Tensor:

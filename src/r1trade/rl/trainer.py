@@ -2,11 +2,12 @@
 
 One update reads top to bottom, CleanRL-style:
   1. rollout  — play `rollout.num_envs` episodes with the current policy (groups of `group_size` share a start);
+     optionally drop groups (DAPO's dynamic sampling, StarPO-S);
   2. score    — without gradients: the policy's log-probs, the reference log-probs (adapter off) and values;
   3. advantages — GAE over turns or action tokens (PPO), group baselines (GRPO, Dr. GRPO, RLOO, optionally per
-     decision) or normalised returns (REINFORCE++);
-  4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask; clipped gradients;
-     a non-finite loss or gradient skips the step;
+     decision or per anchor state as GiGPO) or normalised returns (REINFORCE++);
+  4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask (per token, or per
+     episode), optionally with Clip-Cov or KL-Cov; clipped gradients; a non-finite loss or gradient skips the step;
   5. log and checkpoint.
 Under `accelerate launch` every process plays its own episodes and gradients are averaged before each step
 (`r1trade.rl.distributed`).
@@ -34,20 +35,28 @@ from r1trade.models.scoring import token_logprobs, token_outputs
 from r1trade.config import Config, TrainConfig
 from r1trade.errors import TrainingInterrupted
 from r1trade.outputs import append_line
-from r1trade.rl.advantages import explained_variance
-from r1trade.rl.batch import (
-    RolloutBatch,
-    collate,
+from r1trade.rl.advantages import (
     compute_advantages,
-    filter_top_groups,
+    explained_variance,
     kl_coefficients,
     kl_in_loss,
+    shared_step_group_rate,
     uses_kl,
 )
+from r1trade.rl.batch import RolloutBatch, collate
 from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
 from r1trade.rl.distributed import Distributed
 from r1trade.rl.episode_metrics import episode_metrics
-from r1trade.rl.losses import entropy_bonus, kl_penalty, policy_loss, value_loss
+from r1trade.rl.group_filters import drop_uniform_groups, filter_top_groups
+from r1trade.rl.losses import (
+    CovControl,
+    entropy_bonus,
+    kl_penalty,
+    policy_loss,
+    sequence_weights,
+    token_mean,
+    value_loss,
+)
 from r1trade.rl.masks import masked_mean
 from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 
@@ -84,6 +93,7 @@ class Trainer:
         trained_critic = self.models.critic if self.uses_critic else None
         self.distributed.prepare(self.models.policy, trained_critic, self.optimizer, cfg)  # DeepSpeed, if launched so
         self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.cov_generator = torch.Generator()  # Clip-Cov's draws, seeded anew each update (`optimise`)
         self.sampling = sampling_from_config(self.config.rollout)  # the engine samples with this very object
         self.engine = transformers_engine(self.models.policy, self.models.tokenizer, self.sampling)
         self.state = TrainingState()
@@ -136,10 +146,17 @@ class Trainer:
         trajectories = self.rollout()
         rollout_seconds = time.perf_counter() - started
         batch = collate(trajectories, pad_id=self.engine.pad_id).to(self.distributed.device)
+        stabilisers: dict[str, float] = {}  # what the optional stabilisers did this update
+        if cfg.dynamic_sampling:
+            batch, stabilisers["dynamic_sampling_dropped_rate"] = drop_uniform_groups(batch)
         batch = filter_top_groups(batch, cfg.top_group_frac)
         # 2. score and 3. advantages (no gradients)
         started = time.perf_counter()
         batch = compute_advantages(self.score(batch), cfg)
+        if cfg.step_groups:
+            stabilisers["step_group_shared_rate"] = shared_step_group_rate(batch)
+        if cfg.loss_aggregation == "sequence":
+            batch.loss_weight = sequence_weights(self._loss_mask(batch), batch.trajectory)
         score_seconds = time.perf_counter() - started
         # 4. optimise
         started = time.perf_counter()
@@ -150,6 +167,7 @@ class Trainer:
         sampled = sum(t.num_action_tokens for t in trajectories)
         trained = int(batch.attention_mask.sum()) * cfg.epochs
         metrics.update(stats)
+        metrics.update(stabilisers)
         metrics.update(
             rollout_tokens_per_s=sampled / max(rollout_seconds, 1e-9),
             update_tokens_per_s=trained / max(update_seconds, 1e-9),
@@ -214,6 +232,7 @@ class Trainer:
         totals: dict[str, list[float]] = {}
         skipped = steps = 0
         order_generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.state.step)
+        self.cov_generator.manual_seed(self.config.seed * 7919 + self.state.step + 1)
         most_rows = int(self.distributed.reduce(torch.tensor([batch.rows]), "max"))
         filler = None  # under DeepSpeed short minibatches are padded with rows of this batch, weighted by zero
         if self.distributed.deepspeed:
@@ -246,7 +265,7 @@ class Trainer:
         self.distributed.zero_grad(self.optimizer)
         # each micro-batch's means weighed by its share of the minibatch's loss tokens (and value positions): the
         # gradient is the minibatch mean's, however the minibatch is cut into micro-batches
-        tokens = self._loss_mask(minibatch).sum().clamp(min=1)
+        tokens = self._loss_tokens(minibatch).sum().clamp(min=1e-12)
         positions = minibatch.value_mask.sum().clamp(min=1) if self.uses_critic else None
         stats: dict[str, float] = {}
         total_loss = 0.0
@@ -254,13 +273,14 @@ class Trainer:
         padding = self.distributed.padding_micro_batches(len(micro_batches))
         for rows in micro_batches:
             micro = minibatch.select(rows)
-            weight = float(self._loss_mask(micro).sum() / tokens)
+            weight = float(self._loss_tokens(micro).sum() / tokens)
             value_weight = float(micro.value_mask.sum() / positions) if positions is not None else 0.0
             loss, micro_stats = self.loss(micro, weights=(weight, value_weight))
             self.distributed.backward(loss)
             total_loss += float(loss.detach())
-            for key, value in micro_stats.items():
-                stats[key] = stats.get(key, 0.0) + value * (value_weight if key.startswith("value_") else weight)
+            for key, value in micro_stats.items():  # counts (`*_tokens`) add up, means are weighed
+                scale = 1.0 if key.endswith("_tokens") else value_weight if key.startswith("value_") else weight
+                stats[key] = stats.get(key, 0.0) + value * scale
         for _ in range(padding):
             self.distributed.backward(self.loss(filler, weights=(0.0, 0.0))[0])
         grad_norm, finite = self.distributed.apply_gradients(self.optimizer, total_loss, cfg.max_grad_norm)
@@ -283,13 +303,19 @@ class Trainer:
             temperature=self._temperature(), chunk=cfg.logprob_chunk, with_values=self.uses_critic,
             token_mask=self._scored(micro.action_mask), share_prefix=cfg.share_prefix,
         )
-        pg, stats = policy_loss(out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high)
-        entropy = entropy_bonus(out.entropy, mask)
+        cov = None if cfg.entropy_control == "none" else CovControl(
+            cfg.entropy_control, cfg.entropy_control_frac, cfg.kl_cov_coef, cfg.clip_cov_bounds, self.cov_generator
+        )
+        pg, stats = policy_loss(
+            out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high,
+            weights=micro.loss_weight, cov=cov,
+        )
+        entropy = entropy_bonus(out.entropy, mask, micro.loss_weight)
         loss = pg - cfg.entropy_coef * entropy
         kl_tokens = kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3")
         kl = masked_mean(kl_tokens, mask)
         if kl_in_loss(cfg) and uses_kl(cfg):
-            loss = loss + masked_mean(kl_coefficients(micro, cfg) * kl_tokens, mask)
+            loss = loss + token_mean(kl_coefficients(micro, cfg) * kl_tokens, mask, micro.loss_weight)
         stats = {**stats, "policy_loss": float(pg.detach()), "entropy": float(entropy.detach()), "kl_ref": float(kl.detach())}
         loss = loss * weights[0]
         if self.uses_critic:
@@ -299,6 +325,11 @@ class Trainer:
         return loss, stats
 
     # ------------------------------------------------------------------ helpers
+
+    def _loss_tokens(self, batch: RolloutBatch) -> torch.Tensor:
+        """Each token's weight in the loss's mean: the loss mask, times `loss_weight` under sequence aggregation."""
+        mask = self._loss_mask(batch)
+        return mask if batch.loss_weight is None else mask * batch.loss_weight
 
     def _loss_mask(self, batch: RolloutBatch) -> torch.Tensor:
         if self.config.train.loss_mask:

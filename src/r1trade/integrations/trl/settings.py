@@ -10,11 +10,15 @@ so `updates` → `max_steps` = updates × epochs × num_envs / minibatch_size op
 TRL caps the whole multi-turn completion, tool results included, not each turn: `max_completion_length` defaults to
 `rollout.max_new_tokens` × the most turns an episode can take (`episode_decisions` × `max_tool_calls`), the most
 turns also cap the tool-calling rounds, and `train.trl_args.max_completion_length` raises the cap where tool results
-are long. `train.trl_args` sets any other GRPOConfig argument (vLLM, bf16, ...), not the mapped ones.
+are long. `train.trl_args` sets any other GRPOConfig argument (vLLM, bf16, ...), not the mapped ones, nor those
+that could make TRL load code (`r1trade.config.TRL_ARGS_REFUSED`): TRL gets `trust_remote_code` false, in
+`model_init_kwargs` too, for the reference model it loads itself.
 
 Refused, each in one line: algorithms other than grpo and dr_grpo (TRL 1.16 has no PPO trainer and its
 RLOOTrainer takes no `environment_factory`), credit settings (one advantage per completion), the critic, the mask
-ablations, StarPO-S group filtering, a separate KL on looking turns, the KL in the reward and greedy sampling.
+ablations, StarPO-S group filtering and DAPO's dynamic sampling, GiGPO's step groups, sequence-level loss
+averaging, Clip-Cov and KL-Cov, a separate KL on looking turns, the KL in the reward, greedy sampling, and full
+fine-tuning with a KL for a model not loaded from a folder (TRL loads its reference from the policy's folder).
 `logprob_chunk`, `share_prefix`, `minibatches`, `old_logprobs` and the echo-trap thresholds tune r1trade's own
 loop and have no effect here.
 """
@@ -28,6 +32,7 @@ import torch
 
 from r1trade.config import Config, ModelConfig, TrainConfig
 from r1trade.errors import ConfigError
+from r1trade.models.loading import loads_from_directory
 
 ALGORITHMS = {"grpo": "group", "dr_grpo": "none"}
 """The algorithms TRL's GRPOTrainer runs, with the `scale_rewards` that makes them."""
@@ -44,6 +49,10 @@ _UNSUPPORTED: tuple[tuple[str, str], ...] = (
     ("loss_mask", "GRPOTrainer always trains on the model's own tokens (tool results masked by tool_mask)"),
     ("advantage_mask", "GRPOTrainer always trains on the model's own tokens (tool results masked by tool_mask)"),
     ("top_group_frac", "GRPOTrainer keeps every group"),
+    ("dynamic_sampling", "GRPOTrainer keeps every group"),
+    ("step_groups", "GRPOTrainer gives a completion one advantage, its episode reward against its group's"),
+    ("loss_aggregation", "r1trade maps its group algorithms to GRPOTrainer's token-level loss_type"),
+    ("entropy_control", "GRPOTrainer has no Clip-Cov or KL-Cov"),
     ("look_kl_coef", "GRPOTrainer's KL has one coefficient for every token"),
 )
 """train.* keys whose non-default values TRL cannot reproduce, and why."""
@@ -68,6 +77,11 @@ def check_trl_settings(config: Config) -> None:
     model = config.model
     if (model.critic, model.critic_name_or_path) != (ModelConfig.model_fields["critic"].default, None):
         raise ConfigError("train.engine trl: GRPOTrainer has no critic; leave model.critic and critic_name_or_path")
+    if not model.lora.enabled and train.kl_coef > 0 and not loads_from_directory(model.name_or_path):
+        raise ConfigError(
+            f"train.engine trl: full fine-tuning with train.kl_coef > 0 needs a model directory TRL can load its "
+            f"reference from; '{model.name_or_path}' has none: enable model.lora or set train.kl_coef 0"
+        )
     if config.rollout.temperature == 0:
         raise ConfigError("train.engine trl: GRPOTrainer samples; set rollout.temperature above 0")
     if config.rollout.temperature_from:
@@ -138,4 +152,5 @@ def grpo_arguments(config: Config, run_dir: Path) -> dict[str, Any]:
         "max_completion_length": rollout.max_new_tokens * most_turns(config),
         "use_cache": True,  # transformers' Trainer turns the KV cache off, and `generate` would redo the whole context
     }
-    return {**defaults, **mapped, **train.trl_args}
+    no_model_code = {"trust_remote_code": False, "model_init_kwargs": {"trust_remote_code": False}}
+    return {**defaults, **mapped, **train.trl_args, **no_model_code}
