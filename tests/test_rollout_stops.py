@@ -102,3 +102,36 @@ def test_batched_turns_equal_a_plain_decode_of_each_row(tiny_agent, read_every):
             assert list(turn.token_ids) == tokens
             assert turn.stopped == (len(tokens) < 12 or tokens[-1] in chat.stop_ids | {7})
             assert torch.allclose(torch.tensor(turn.logprobs), torch.tensor(logprobs), atol=1e-4)
+
+
+@pytest.mark.parametrize("compact_below", [0.5, 1.0])
+def test_rows_set_apart_change_no_turn(tiny_agent, monkeypatch, compact_below):
+    """Sampled multi-turn episodes whose turns end at scattered lengths (every ninth token id stops a turn), some
+    contexts reset: setting finished rows apart (at half, at once) leaves every token, every log-prob and the
+    cache the next turns read unchanged."""
+    from agent_fixtures import ScriptedEnv
+
+    from r1trade.rollout.loop import RolloutEngine
+    from r1trade.rollout.transformers_backend import _BatchCache
+
+    model, tokenizer = tiny_agent
+    chat = ChatTokens(tokenizer)
+    copies = []
+    rows_copy = _BatchCache.rows_copy
+    monkeypatch.setattr(_BatchCache, "rows_copy", lambda self, rows, room: copies.append(len(rows)) or rows_copy(
+        self, rows, room=room))
+    runs = []
+    for setting in (0.0, compact_below):
+        sampling = SamplingConfig(max_new_tokens=24, temperature=1.0, compact_below=setting)
+        backend = TransformersBackend(model, tokenizer, sampling, stop_ids=chat.stop_ids | set(range(0, 586, 9)),
+                                      stop_text=STOP_TEXT)
+        envs = [ScriptedEnv(turns=3), ScriptedEnv(turns=4, reset_every=2), ScriptedEnv(turns=2), ScriptedEnv(turns=3)]
+        runs.append(RolloutEngine(backend, tokenizer).run(envs, seeds=[0, 1, 2, 3],
+                                                          generator=torch.Generator().manual_seed(5)))
+        if setting == 0.0:
+            assert not copies
+    assert copies  # rows were set apart
+    for plain, apart in zip(*runs, strict=True):
+        assert [s.token_ids for s in plain.segments] == [s.token_ids for s in apart.segments]
+        for a, b in zip(plain.segments, apart.segments, strict=True):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)

@@ -428,6 +428,10 @@ class RolloutConfig(Section):
         "`temperature`)"
     )
     top_p: float = Field(1.0, gt=0, le=1)
+    compact_below: float = Field(
+        0.5, ge=0, le=1, description="decode only the rows still in their turn once they are at most this share of "
+        "the rows (copied apart, so a step stops paying for finished rows; the draws are the same); 0: never"
+    )
 
     def temperature_at(self, update: int) -> float:
         """The sampling temperature of training update `update` (counted from 1)."""

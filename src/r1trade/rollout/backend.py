@@ -61,8 +61,8 @@ class SamplingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     greedy: bool = False
-
-
+    compact_below: float = 0.5
+    """Decode only the rows still in their turn once they are at most this share of the rows (0: never)."""
 
 
 def sampling_from_config(rollout_config: Any, *, greedy: bool = False) -> SamplingConfig:
@@ -72,6 +72,7 @@ def sampling_from_config(rollout_config: Any, *, greedy: bool = False) -> Sampli
         temperature=rollout_config.temperature,
         top_p=rollout_config.top_p,
         greedy=greedy,
+        compact_below=rollout_config.compact_below,
     )
 
 

@@ -202,6 +202,40 @@ class _BatchCache:
                 values[row, :, width - shared :] = prefix_values[0, :, :shared]
             layer.replace(keys, values, capacity=2 * width)
 
+    def rows_copy(self, rows: torch.Tensor, *, room: int) -> _BatchCache:
+        """A cache of these rows only (copies of their columns), with room for `room` more columns: the rows still
+        decoding, taken apart so that a step stops paying for the rows that have finished their turn."""
+        part = _BatchCache(len(rows), self.attention.device)
+        for layer in self.kv.layers:
+            keys, values = layer.keys[rows], layer.values[rows]  # (r, H_kv, L, D)
+            copy = _GrowingLayer()
+            copy.lazy_initialization(keys, values)
+            copy.replace(keys, values, capacity=keys.shape[-2] + room)
+            part.kv.layers.append(copy)
+        part.attention, part.next_position = self.attention[rows], self.next_position[rows]
+        if self.shared is not None:
+            part.shared = dataclasses.replace(self.shared, attention=self.shared.attention[rows])
+        return part
+
+    def take_back(self, part: _BatchCache, rows: torch.Tensor) -> None:
+        """Append the columns `part` (a `rows_copy` of `rows`) gained since it was taken; the other rows get the
+        same number of columns, unattended."""
+        start, rows_here = self.attention.shape[1], self.attention.shape[0]
+        gained = part.attention.shape[1] - start
+        if gained <= 0:
+            return
+        for layer, piece in zip(self.kv.layers, part.kv.layers, strict=True):
+            batch, heads, _, dim = layer.keys.shape
+            keys = layer.keys.new_zeros(batch, heads, gained, dim)  # (R, H_kv, G, D)
+            values = layer.values.new_zeros(batch, heads, gained, dim)
+            keys[rows], values[rows] = piece.keys[..., start:, :], piece.values[..., start:, :]
+            layer.update(keys, values)
+        attention = self.attention.new_zeros(rows_here, gained)  # (R, G)
+        attention[rows] = part.attention[:, start:]
+        self.attention = torch.cat([self.attention, attention], dim=1)
+        self.next_position = self.next_position.clone()
+        self.next_position[rows] = part.next_position
+
     def keep_rows(self, rows: list[int]) -> None:
         """Keep these rows (ascending), in this order; nothing is copied while every row is still active."""
         if len(rows) == self.attention.shape[0]:
@@ -213,6 +247,58 @@ class _BatchCache:
         self.next_position = self.next_position[index]
         if self.shared is not None:
             self.shared = dataclasses.replace(self.shared, attention=self.shared.attention[index])
+
+
+class _StepRows:
+    """The rows a decoding step runs: all rows of the turn's cache, or a copy of those still decoding.
+
+    Each holds its attention mask in a buffer with room for the turn's columns, filled one column a step.
+    """
+
+    def __init__(self, cache: _BatchCache, room: int) -> None:
+        self.cache = self.work = cache
+        self.members: torch.Tensor | None = None  # rows of `cache` that `work` holds; None: all
+        self._begin(room)
+
+    @property
+    def count(self) -> int:
+        return self.work.attention.shape[0]
+
+    def _begin(self, room: int) -> None:
+        self.width = self.work.attention.shape[1]
+        self.fed = 0
+        self.attention = self.work.attention.new_zeros(self.count, self.width + room)  # (r, L + room)
+        self.attention[:, : self.width] = self.work.attention
+
+    def _close(self) -> None:
+        self.work.attention = self.attention[:, : self.width + self.fed]
+        if self.members is not None:
+            self.cache.take_back(self.work, self.members)
+
+    def set_apart(self, members: torch.Tensor, *, room: int) -> None:
+        """Run only `members` (rows of the turn's cache) from the next step on."""
+        self._close()
+        self.members, self.work = members, self.cache.rows_copy(members, room=room)
+        self._begin(room)
+
+    def forward(self, run, logits: torch.Tensor, token: torch.Tensor, stopped: torch.Tensor, pad_id: int):
+        """Feed each row's token (padding, unattended, for a stopped row) and return (R, V) next-token logits;
+        rows not run keep their last logits (their draws are not used)."""
+        if self.members is not None:
+            token, stopped = token[self.members], stopped[self.members]
+        self.attention[:, self.width + self.fed] = (~stopped).long()
+        feed = torch.where(stopped, pad_id, token)[:, None]  # (r, 1)
+        out = run(self.work, feed, self.attention[:, : self.width + self.fed + 1])
+        self.fed += 1
+        if self.members is None:
+            return out
+        logits = logits.clone()
+        logits[self.members] = out
+        return logits
+
+    def finish(self) -> None:
+        """Leave the turn's cache holding every row's columns."""
+        self._close()
 
 
 # --------------------------------------------------------------------------- the backend
@@ -244,6 +330,7 @@ class TransformersBackend:
         self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
         self.stop_text = StopMatcher.for_tokenizer(tokenizer, stop_text, self.device)
         self.read_every = 1 if self.device.type == "cpu" else self.DEVICE_READ_EVERY
+        self.compact_below = sampling.compact_below
         """Decoding steps between host reads of "have all rows stopped?": free on the CPU, where it is read every
         step (so no step is wasted and the random draws are those of a step-by-step decode); on an accelerator each
         read waits for the queued steps, so it is read every few steps and the steps past the last stop are thrown
@@ -374,9 +461,12 @@ class TransformersBackend:
 
         Everything per step stays on the device: the sampled tokens and log-probs go into preallocated (R, N)
         buffers, the stop checks are a table lookup (`StopMatcher`), a stopped row is fed padding with attention 0,
-        and the attention mask grows in place. The host reads whether all rows have stopped every `read_every`
-        steps, and the turns once at the end. The last sampled token of each row is not fed to the model here: it
-        opens the row's next prefill chunk.
+        and the attention mask grows in place. The host reads how many rows are still decoding every
+        `read_every` steps, and the turns once at the end. Once those rows are at most `compact_below` of the rows
+        a step runs, they are copied apart (`_BatchCache.rows_copy`) and only they are run, until the turn ends
+        and their new columns go back (`take_back`). Tokens are still drawn for every row from (R, V) logits, so
+        the random draws do not depend on when rows were set apart. The last sampled token of each row is not fed
+        to the model here: it opens the row's next prefill chunk.
         """
         rows, limit = logits.shape[0], self.sampling.max_new_tokens
         tokens = torch.full((rows, limit), self.pad_id, dtype=torch.long, device=self.device)  # (R, N)
@@ -384,9 +474,7 @@ class TransformersBackend:
         lengths = torch.zeros(rows, dtype=torch.long, device=self.device)  # (R,)
         stopped = torch.zeros(rows, dtype=torch.bool, device=self.device)  # (R,)
         matched = torch.zeros(rows, dtype=torch.long, device=self.device)  # (R,) progress through the stop text
-        width = cache.attention.shape[1]
-        attention = cache.attention.new_zeros(rows, width + limit)  # (R, L + N), filled column by column
-        attention[:, :width] = cache.attention
+        step_rows = _StepRows(cache, limit)
         for step in range(limit):
             token, token_logprob = self._sample(logits, generator)  # (R,), (R,)
             live = ~stopped
@@ -395,12 +483,16 @@ class TransformersBackend:
             lengths += live
             matched = self.stop_text.advance(matched, token)
             stopped |= live & (torch.isin(token, self.stop_ids) | (matched == self.stop_text.full))
-            if step == limit - 1 or (step % self.read_every == self.read_every - 1 and bool(stopped.all())):
+            if step == limit - 1:
                 break
-            attention[:, width + step] = (~stopped).long()
-            feed = torch.where(stopped, self.pad_id, token)[:, None]  # (R, 1)
-            logits = self._forward(cache, feed, attention[:, : width + step + 1])
-        cache.attention = attention[:, : width + step]
+            if step % self.read_every == self.read_every - 1:
+                decoding = int((~stopped).sum())  # the host read
+                if decoding == 0:
+                    break
+                if decoding <= self.compact_below * step_rows.count:
+                    step_rows.set_apart((~stopped).nonzero().squeeze(1), room=limit - step)
+            logits = step_rows.forward(self._forward, logits, token, stopped, self.pad_id)
+        step_rows.finish()
         lengths, tokens, logprobs = lengths.tolist(), tokens.tolist(), logprobs.tolist()  # one copy from a GPU
         return (
             [row[:n] for row, n in zip(tokens, lengths, strict=True)],
