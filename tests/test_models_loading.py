@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from agent_fixtures import TEXTS, TOOL_CALL, batch, perturb_trainable, tiny_config
+from planted_models import gguf_file
 
 from r1trade.models import loading
 from r1trade.rollout.backend import SamplingConfig
@@ -214,10 +215,17 @@ def test_missing_model_is_a_one_line_usage_error(name: str, message: str) -> Non
 
 
 def test_broken_gguf_leaves_no_partial_cache(tmp_path: Path) -> None:
+    """A bad header is refused before the cache is touched; a sound header transformers cannot convert (no
+    tokenizer in its metadata) fails mid-conversion and leaves nothing behind."""
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)
     cache = tmp_path / "cache"
-    with pytest.raises(UsageError, match="cannot read GGUF model") as caught:
+    with pytest.raises(UsageError, match="cannot read GGUF model .*: GGUF version 0") as caught:
+        load_agent_models(ModelConfig(name_or_path=str(broken), cache_dir=str(cache)), seed=0)
+    assert "\n" not in str(caught.value)
+    assert not cache.exists()
+    broken.write_bytes(gguf_file())
+    with pytest.raises(UsageError, match="cannot read GGUF model .*: Cannot build a tokenizer") as caught:
         load_agent_models(ModelConfig(name_or_path=str(broken), cache_dir=str(cache)), seed=0)
     assert "\n" not in str(caught.value)
     assert list(cache.iterdir()) == []

