@@ -30,14 +30,15 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, check=False, capture_output=True, text=True, timeout=30, cwd=cwd)
 
 
-def float_fields(model: type[BaseModel] = Config, prefix: str = "") -> Iterator[str]:
-    """Dotted paths of every float field in the config tree."""
+def fields_of(kind: type, model: type[BaseModel] = Config, prefix: str = "") -> Iterator[tuple[str, bool]]:
+    """Dotted paths of every field in the config tree that holds a `kind` (alone, optional, or in a tuple or a
+    list), and whether it is such a sequence."""
     for name, field in model.model_fields.items():
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from float_fields(annotation, f"{prefix}{name}.")
-        elif annotation is float or float in typing.get_args(annotation):
-            yield prefix + name
+            yield from fields_of(kind, annotation, f"{prefix}{name}.")
+        elif annotation is kind or kind in typing.get_args(annotation):
+            yield prefix + name, typing.get_origin(annotation) in (tuple, list)
 
 
 @pytest.mark.parametrize(
@@ -72,12 +73,12 @@ def test_cli_reports_one_line_and_exit_2(
 
 
 def test_every_float_field_rejects_inf_and_nan():
-    fields = list(float_fields())
+    fields = dict(fields_of(float))
     assert {"env.fee_bps", "env.initial_cash", "train.learning_rate", "rewards.pnl"} <= set(fields)
-    for dotted in fields:
+    for dotted, sequence in fields.items():
         for value in (".inf", "-.inf", ".nan", '"inf"'):
             with pytest.raises(ConfigError, match="finite number"):
-                load_config(None, [f"{dotted}={value}"])
+                load_config(None, [f"{dotted}={f'[{value}, {value}]' if sequence else value}"])
 
 
 @pytest.mark.parametrize("params", ["{random: {x: .nan}}", "{sma_crossover: {fast: [1, {slow: -.inf}]}}"])
@@ -155,3 +156,26 @@ def test_merge_keys_and_unambiguous_numbers_still_load(tmp_path: Path):
     assert (cfg.seed, cfg.env.fee_bps, cfg.train.updates, cfg.env.slippage_bps) == (10, 0.0, 16, 0.5)
     with pytest.raises(ConfigError, match="ambiguous number '020'"):
         load_config(None, ["train.updates=020"])
+
+
+def test_every_int_field_has_an_upper_bound():
+    """A count a user sets (episodes, windows, resamples, block sizes, tokens...) is refused in one line when it is
+    absurd, before numpy meets an integer it cannot hold or a run sizes its arrays by it."""
+    fields = [dotted for dotted, _ in fields_of(int)]
+    assert {"backtest.bootstrap_resamples", "rollout.max_new_tokens", "backtest.agent_windows"} <= set(fields)
+    for dotted in [*fields, "rollout.temperature_from"]:
+        value = "{1000000000000000000000000000000: 0.5}" if dotted == "rollout.temperature_from" else 10**30
+        with pytest.raises(ConfigError, match=r"less than|at most") as caught:
+            load_config(None, [f"{dotted}={value}"])
+        assert len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("resamples", ["200000", "1000000000"])
+def test_bootstrap_resamples_are_bounded_and_the_bound_explained(tmp_path: Path, resamples: str):
+    """200,000 resamples took 5.4 GB, 10**9 ended in a MemoryError: the bound names its reason."""
+    result = run_cli("show-config", "--set", f"backtest.bootstrap_resamples={resamples}", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert "backtest.bootstrap_resamples: Value error, at most 10,000" in line
+    assert "32 bytes per resample and decision" in line and f"(got {resamples})" in line
+    assert load_config(None, ["backtest.bootstrap_resamples=10000"]).backtest.bootstrap_resamples == 10_000

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from r1trade.cli import main
-from r1trade.data.store import load_clean_candles, save_candles, validate_candles
-from r1trade.errors import DataError
+from r1trade.data.store import load_candles, load_clean_candles, save_candles, validate_candles
+from r1trade.errors import DataError, UsageError
 
 HEADER = "timestamp,open,high,low,close,volume\n"
 BAR = ",1,2,0.5,1.5,10\n"
@@ -347,3 +347,248 @@ def test_table_in_an_unknown_layout_keeps_the_timestamp_column(tmp_path: Path):
     pq.write_table(table, path)
     result = cli("data-info", path)
     assert result.returncode == 0 and "2021-01-01 00:00 → 2021-01-01 11:00 UTC" in result.stdout
+
+
+# --------------------------------------------------------------------------- import-csv over an existing file
+
+
+def hours_csv(tmp_path: Path, name: str = "hours.csv", *, price: str = "1", count: int = 12) -> Path:
+    """A canonical CSV of `count` hourly bars from 2024-01-01 (open `price`: a word makes every row NaN)."""
+    stamps = [f"2024-01-01T{hour:02d}:00:00Z" for hour in range(count)]
+    path = tmp_path / name
+    path.write_text(HEADER + "".join(f"{stamp},{price},2,0.5,1.5,10\n" for stamp in stamps))
+    return path
+
+
+def existing_candles(tmp_path: Path, name: str = "existing.parquet") -> tuple[Path, bytes]:
+    """A valid candle file already there, and its bytes (to show that a refused write changed nothing)."""
+    path = save_candles(make_synthetic_candles(300), tmp_path / name)
+    return path, path.read_bytes()
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary files a write left behind (hidden names)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def test_import_csv_refuses_an_existing_out_without_force(tmp_path: Path):
+    out, before = existing_candles(tmp_path)
+    source = hours_csv(tmp_path)
+    assert_one_line_error(cli("import-csv", source, "--out", out), 2, f"--out '{out}' exists: pass --force")
+    (tmp_path / "sub").mkdir()
+    climbing = tmp_path / "sub" / "missing" / ".." / ".." / out.name  # resolves to `out`
+    assert_one_line_error(cli("import-csv", source, "--out", climbing), 2, f"(that is '{out}') exists")
+    link = tmp_path / "link.parquet"
+    link.symlink_to(out)
+    assert_one_line_error(cli("import-csv", source, "--out", link), 2, f"(that is '{out}') exists")
+    assert out.read_bytes() == before and not (tmp_path / "sub" / "missing").exists()
+    assert_one_line_error(cli("import-csv", source, "--out", tmp_path / "sub"), 2, "use a .parquet or .csv")
+
+
+def test_a_broken_import_never_replaces_a_file_even_with_force(tmp_path: Path):
+    """A source whose prices are words imports as all-NaN rows: written to a new file for inspection, but never
+    over an existing one."""
+    out, before = existing_candles(tmp_path)
+    source = hours_csv(tmp_path, price="n/a")
+    result = cli("import-csv", source, "--out", out, "--force")
+    assert_one_line_error(result, 1, f"'{out}' was kept as it was", "fail validation (NaN values: 12 row(s))")
+    assert "NaN values" in result.stdout  # the report still shows what was read
+    assert out.read_bytes() == before and leftovers(tmp_path) == []
+
+
+def test_force_replaces_a_file_with_the_complete_import(tmp_path: Path):
+    out, before = existing_candles(tmp_path)
+    result = cli("import-csv", hours_csv(tmp_path), "--out", out, "--force")
+    assert result.returncode == 0, result.stderr
+    replaced = load_candles(out)
+    assert len(replaced) == 12 and replaced.index[-1] == pd.Timestamp("2024-01-01T11:00:00Z")
+    assert out.read_bytes() != before and leftovers(tmp_path) == []
+
+
+def test_a_written_file_that_does_not_read_back_whole_replaces_nothing(tmp_path: Path, monkeypatch):
+    """The new file is read back before the rename: a writer that loses rows (a full disk the library did not
+    report, say) leaves the old file in place."""
+    from r1trade.data import store
+
+    out, before = existing_candles(tmp_path)
+    write_table = pq.write_table
+    monkeypatch.setattr(store.pq, "write_table", lambda table, where: write_table(table.slice(0, 10), where))
+    with pytest.raises(DataError, match=rf"'{out}' was not replaced: .* reads back as 10 rows, not 300"):
+        save_candles(make_synthetic_candles(300, seed=1), out)
+    assert out.read_bytes() == before and leftovers(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- bounded reading
+
+
+def test_a_header_of_two_megabytes_is_refused_before_pandas(tmp_path: Path):
+    """A header that repeats one name a million times (pandas renamed the copies in quadratic time)."""
+    path = tmp_path / "wide.csv"
+    path.write_text("timestamp,open,high,low,close,volume" + ",x" * 1_000_000 + "\n" + "2024-01-01T00:00:00Z" + BAR)
+    out = tmp_path / "out.parquet"
+    message = "line 1 is longer than 65,536 bytes"
+    assert_one_line_error(cli("data-info", path), 1, f"'{path}'", message)
+    assert_one_line_error(cli("import-csv", path, "--out", out), 1, f"'{path}'", message)
+    assert not out.exists()
+
+
+def test_a_header_of_too_many_columns_is_refused(tmp_path: Path):
+    path = tmp_path / "columns.csv"
+    path.write_text("timestamp,open,high,low,close,volume" + ",x" * 20_000 + "\n" + "2024-01-01T00:00:00Z" + BAR)
+    for args in (["data-info", path], ["import-csv", path, "--out", tmp_path / "out.parquet"]):
+        assert_one_line_error(cli(*args), 1, "has 20,006 columns; a candle file has at most 512")
+
+
+def test_one_long_line_is_refused_without_reading_it_whole(tmp_path: Path):
+    path = canonical_csv(tmp_path, ["2024-01-01T00:00:00Z"])
+    with path.open("a") as handle:
+        handle.write("9" * 1_000_000 + "\n")
+    for args in (["data-info", path], ["import-csv", path, "--out", tmp_path / "out.parquet"]):
+        assert_one_line_error(cli(*args), 1, f"'{path}': line 3 is longer than 65,536 bytes")
+
+
+def test_repeated_names_are_refused_in_a_candle_file_and_skipped_in_an_import(tmp_path: Path):
+    """A canonical file cannot say which of two columns is which; an import reads only the columns it uses, by
+    position, so 400 copies of an unused name cost nothing."""
+    path = tmp_path / "repeated.csv"
+    rows = "".join(f"2024-01-01T0{hour}:00:00Z,1,2,0.5,1.5,10" + ",7" * 400 + "\n" for hour in range(3))
+    path.write_text("timestamp,open,high,low,close,volume" + ",x" * 400 + "\n" + rows)
+    assert_one_line_error(cli("data-info", path), 1, f"'{path}': the header names column 'x' more than once")
+    out = tmp_path / "out.parquet"
+    result = cli("import-csv", path, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert load_candles(out)[["open", "close"]].to_numpy().tolist() == [[1.0, 1.5]] * 3
+
+
+def test_line_lengths_are_measured_across_pieces(tmp_path: Path, monkeypatch):
+    """The scan reads 4-byte pieces here, so lines cross pieces. With a limit of 3 bytes: `ab` (2) and the
+    `\\r\\n` ending are fine, `cdef` (4) on line 2 is not; a last line `ghij` without a newline is line 3."""
+    from r1trade.data import csv_bounds
+
+    monkeypatch.setattr(csv_bounds, "_CHUNK_BYTES", 4)
+    monkeypatch.setattr(csv_bounds, "MAX_LINE_BYTES", 3)
+    path = tmp_path / "lines.csv"
+    for data, line in ((b"ab\r\ncdef\nxy\n", 2), (b"ab\r\nc\r\nghij", 3), (b"abcd\n", 1)):
+        path.write_bytes(data)
+        with pytest.raises(DataError, match=rf"line {line} is longer than 3 bytes"):
+            csv_bounds.check_line_lengths(path)
+    path.write_bytes(b"abc\r\nabc\nabc")
+    csv_bounds.check_line_lengths(path)  # every line at the limit
+
+
+# --------------------------------------------------------------------------- day and month
+
+
+def dated_csv(
+    tmp_path: Path, fmt: str, *, bars: int = 12 * 24, start: str = "2024-01-01", freq: str = "1h"
+) -> Path:
+    """`bars` bars from `start`, `freq` apart, with their times written as `fmt`."""
+    stamps = pd.date_range(start, periods=bars, freq=freq)
+    path = tmp_path / "dated.csv"
+    path.write_text("date,open,high,low,close,volume\n" + "".join(f"{t.strftime(fmt)}{BAR}" for t in stamps))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fmt", "order"),
+    [("%d/%m/%Y %H:%M", "day/month/year"), ("%m/%d/%Y %H:%M", "month/day/year"), ("%d.%m.%Y %H:%M", "day/month")],
+)
+def test_twelve_days_of_ambiguous_dates_are_read_in_the_regular_order(tmp_path: Path, fmt: str, order: str):
+    """12 days of hourly bars: every day is at most 12, so both orders give dates. Read the wrong way, the 24
+    bars of each day sit on the 1st of a month, 11 jumps of a month between them: the regular order wins."""
+    out = tmp_path / "out.parquet"
+    result = cli("import-csv", dated_csv(tmp_path, fmt), "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert order in result.stdout and "11 steps break the spacing" in result.stdout
+    assert "2024-01-01 00:00 → 2024-01-12 23:00 UTC" in result.stdout
+    assert load_candles(out).attrs["timeframe"] == "1h"
+
+
+def test_dates_that_read_alike_both_ways_are_refused_until_named(tmp_path: Path):
+    """Two bars on 01/02/2024: the 1st of February or the 2nd of January, an hour apart either way."""
+    source = dated_csv(tmp_path, "%d/%m/%Y %H:%M", bars=2, start="2024-02-01")
+    out = tmp_path / "out.parquet"
+    assert_one_line_error(
+        cli("import-csv", source, "--out", out), 2, "read day first or month first alike",
+        "--date-format '%d/%m/%Y %H:%M' (day first) or '%m/%d/%Y %H:%M' (month first)",
+    )
+    assert not out.exists()
+    result = cli("import-csv", source, "--out", out, "--date-format", "%d/%m/%Y %H:%M")
+    assert result.returncode == 0, result.stderr
+    assert "2024-02-01 00:00 → 2024-02-01 01:00 UTC" in result.stdout
+    assert_one_line_error(cli("import-csv", source, "--out", tmp_path / "o.csv", "--date-format", "%Q"), 2,
+                          "bad --date-format '%Q'")
+
+
+def test_a_day_above_twelve_rules_the_other_order_out(tmp_path: Path):
+    """40 daily bars: 13/01/2024 has no month 13, so the dates are read day first."""
+    source = dated_csv(tmp_path, "%d/%m/%Y", bars=40, freq="1D")
+    result = cli("import-csv", source, "--out", tmp_path / "o.parquet")
+    assert result.returncode == 0, result.stderr
+    assert "day/month/year dates (month first gives no date for some)" in result.stdout
+    assert "2024-01-01 00:00 → 2024-02-09 00:00 UTC" in result.stdout
+
+
+def test_dates_mixed_with_other_forms_are_refused(tmp_path: Path):
+    source = tmp_path / "mixed.csv"
+    source.write_text("date,open,high,low,close,volume\n" + "01/02/2024 00:00" + BAR + "2024-01-02 01:00" + BAR)
+    assert_one_line_error(cli("import-csv", source, "--out", tmp_path / "o.parquet"), 1,
+                          "mix dates like '01/02/2024 00:00' with others like '2024-01-02 01:00'")
+
+
+# --------------------------------------------------------------------------- a checkpoint's bar length
+
+
+@pytest.fixture
+def hourly_checkpoint(tmp_path: Path) -> Path:
+    """A checkpoint folder's config.yaml alone: the smoke config, trained on the hourly sample (the check reads
+    nothing else, so no model is needed to reach it)."""
+    from r1trade.config import load_config
+
+    folder = tmp_path / "step-1"
+    load_config("smoke").save(folder)
+    return folder
+
+
+def test_a_checkpoint_is_refused_candles_of_another_bar_length(tmp_path: Path, hourly_checkpoint: Path):
+    four_hours = save_candles(make_synthetic_candles(2000, freq="4h"), tmp_path / "btc_4h.parquet")
+    out = tmp_path / "report"
+    args = ["backtest", "--checkpoint", hourly_checkpoint, "--data", four_hours, "--strategy", "buy_and_hold",
+            "--out", out]
+    assert_one_line_error(cli(*args), 2, f"'{hourly_checkpoint}' was trained on 1h candles and {four_hours} "
+                          "holds 4h candles", "--allow-timeframe-change")
+    assert not out.exists()
+    allowed = cli(*args, "--allow-timeframe-change")  # past the check, to the (model-less) checkpoint itself
+    assert_one_line_error(allowed, 2, f"incomplete checkpoint '{hourly_checkpoint}'")
+    hourly = save_candles(make_synthetic_candles(2000), tmp_path / "btc_1h.parquet")
+    assert_one_line_error(cli(*args[:3], "--data", hourly, *args[5:]), 2, "incomplete checkpoint")
+
+
+def test_the_bar_length_of_a_config_s_candles(tmp_path: Path):
+    from r1trade.config import load_config
+    from r1trade.data.source import candle_timeframe
+
+    quarter_hours = make_synthetic_candles(50, freq="15min")
+    quarter_hours.attrs["timeframe"] = "15m"  # stated in the file's metadata: read without its rows
+    stated = save_candles(quarter_hours, tmp_path / "stated.parquet")
+    spaced = canonical_csv(tmp_path, ["2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z", "2024-01-03T00:00:00Z"])
+    cases = {
+        ("data.source=synthetic",): "1h",
+        ("data.source=synthetic", "data.synthetic.timeframe=4h"): "4h",
+        (): "1h",  # the shipped hourly sample
+        (f"data.path={stated}",): "15m",
+        (f"data.path={spaced}",): "1d",  # no metadata: the bar spacing
+        (f"data.path={tmp_path / 'gone.parquet'}",): None,
+    }
+    for overrides, timeframe in cases.items():
+        assert candle_timeframe(load_config(None, list(overrides))) == timeframe, overrides
+
+
+def test_bar_lengths_are_compared_as_durations(tmp_path: Path):
+    from r1trade.data.source import refuse_timeframe_change
+
+    refuse_timeframe_change(tmp_path, {"1h"}, "60m", "c.parquet")  # the same hour, written another way
+    refuse_timeframe_change(tmp_path, set(), "4h", "c.parquet")  # the training candles cannot be told
+    refuse_timeframe_change(tmp_path, {"1h", "4h"}, "4h", "c.parquet")  # trained on both
+    with pytest.raises(UsageError, match="trained on 1d candles and c.parquet holds 24m candles"):
+        refuse_timeframe_change(tmp_path, {"1d"}, "24m", "c.parquet")

@@ -199,3 +199,89 @@ def test_mistyped_commands_and_options_print_usage_not_a_traceback() -> None:
         assert result.returncode == 2
         assert hint in result.stderr and "Usage: r1trade" in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) <= 5
+
+
+# --------------------------------------------------------------------------- resolved paths, links
+
+
+def entries(folder: Path) -> dict[str, str | bytes]:
+    """Every entry under `folder` without following links: a file's bytes, a link's target, a folder's name."""
+    found: dict[str, str | bytes] = {}
+    for path in sorted(folder.rglob("*")):
+        name = str(path.relative_to(folder))
+        if path.is_symlink():
+            found[name] = f"-> {os.readlink(path)}"
+        elif path.is_file():
+            found[name] = path.read_bytes()
+        else:
+            found[name] = "folder"
+    return found
+
+
+def test_an_out_path_is_checked_where_it_resolves(capsys, tmp_path: Path, trained_run: Path) -> None:
+    """`PARENT/missing/..` is PARENT: a folder of other files, never moved aside or deleted. A link to a run
+    folder is the run folder."""
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    (parent / "notes.txt").write_text("mine")
+    climbing = parent / "missing" / ".."
+    link = tmp_path / "report-link"
+    link.symlink_to(trained_run)
+    before, run_before = entries(tmp_path), snapshot(trained_run)
+    for force in ([], ["--force"]):
+        code, err = run(capsys, *BASELINE, "--out", str(climbing), *force)
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert f"--out '{climbing}' (that is '{parent}') holds files that are not a report (notes.txt)" in err
+        code, err = run(capsys, *BASELINE, "--out", str(link), *force)
+        assert code == 2 and f"(that is '{trained_run}') is a run, checkpoint or model folder" in err
+    assert entries(tmp_path) == before and snapshot(trained_run) == run_before
+
+
+def test_a_report_through_a_link_replaces_the_folder_it_points_to(capsys, tmp_path: Path) -> None:
+    target = tmp_path / "reports" / "kept"
+    assert run(capsys, *BASELINE, "--out", str(target))[0] == 0
+    link = tmp_path / "latest"
+    link.symlink_to(target)
+    assert run(capsys, *BASELINE, "--out", str(link), "--set", "env.fee_bps=50", "--force")[0] == 0
+    assert link.is_symlink() and "fee_bps: 50.0" in (target / "config.yaml").read_text()
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["kept"]  # nothing aside, nothing new
+
+
+def linked_run(trained_run: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the trained run whose `checkpoints` is a link to a folder outside it (another disk, say)."""
+    run_dir, elsewhere = tmp_path / "smoke", tmp_path / "elsewhere"
+    shutil.copytree(trained_run, run_dir)
+    shutil.move(run_dir / "checkpoints", elsewhere)
+    (run_dir / "checkpoints").symlink_to(elsewhere)
+    return run_dir, elsewhere
+
+
+def test_force_removes_a_linked_folder_as_a_link(capsys, trained_run: Path, tmp_path: Path) -> None:
+    run_dir, elsewhere = linked_run(trained_run, tmp_path)
+    outside = snapshot(elsewhere)
+    code, err = run(capsys, "train", "--config", "smoke", *FAST_TRAIN, "--set", f"output_dir={tmp_path}", "--force")
+    assert code == 0, err
+    assert snapshot(elsewhere) == outside  # what the link pointed to is untouched
+    assert not (run_dir / "checkpoints").is_symlink() and (run_dir / "checkpoints" / "step-1").is_dir()
+    assert not [p for p in run_dir.iterdir() if p.name.startswith(outputs.CLEARING)]
+
+
+def test_a_clear_that_cannot_finish_puts_everything_back(
+    capsys, trained_run: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Every entry is moved aside before anything is deleted; one that will not move puts the others back."""
+    run_dir, elsewhere = linked_run(trained_run, tmp_path)
+    before, outside = entries(run_dir), snapshot(elsewhere)
+    rename = Path.rename
+
+    def refuse_metrics(self: Path, target: Path) -> Path:
+        if self.name == "metrics.jsonl":
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", refuse_metrics)
+    code, err = run(capsys, "train", "--config", "smoke", *FAST_TRAIN, "--set", f"output_dir={tmp_path}", "--force")
+    assert code == 1 and err.strip() == (
+        f"error: could not clear {run_dir / 'metrics.jsonl'}: Permission denied; '{run_dir}' is unchanged"
+    )
+    assert entries(run_dir) == before and snapshot(elsewhere) == outside

@@ -758,6 +758,8 @@ def _show_backtest(outcome: BacktestOutcome, resolved: Config, *, label: str = "
         console.print(line, markup=False, highlight=False, style="bold")
     if any(run.ci95 for run in outcome.runs):
         console.print(uncertainty_note(outcome.runs, outcome.context), markup=False, highlight=False)
+    if outcome.context.mandate_note:
+        console.print(outcome.context.mandate_note, markup=False, highlight=False)
     _show_verdicts(outcome.runs, outcome.context)
     if outcome.context.too_short_to_annualise:
         console.print(outcome.context.annualisation_note, markup=False, highlight=False)

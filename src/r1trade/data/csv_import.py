@@ -14,7 +14,13 @@ Layouts (`--format`; `auto` tells them apart from the first lines of the file):
 
 Numeric times are epoch seconds, milliseconds, microseconds or nanoseconds, told apart per value by magnitude;
 text times are ISO 8601 (naive ones are taken as UTC, but a file that mixes naive and zoned times is refused)
-or CryptoDataDownload's `%Y-%m-%d %I-%p`. Times outside 1677-2262 and a file without rows are errors.
+or CryptoDataDownload's `%Y-%m-%d %I-%p`. Dates like `03/04/2024` are read day first and month first: an order
+that gives an impossible date (a month above 12) is ruled out, else the one that spaces the bars regularly is
+taken (and said so); when neither is more regular the file is refused until `--date-format` names the order.
+Times outside 1677-2262 and a file without rows are errors.
+
+The header and every line are bounded (`csv_bounds`) before pandas parses the file, and only the columns used are
+read, by position (pandas renames repeated names in quadratic time).
 
 Nothing is repaired: unparseable prices become NaN and out-of-order or duplicate rows stay, for
 `validate_candles` to report. The one reordering is of a file that is newest-first throughout, which is
@@ -32,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from r1trade.data.csv_bounds import bounded_lines, check_columns, check_line_lengths
 from r1trade.data.store import (
     COLUMNS,
     check_stated_timeframe,
@@ -62,6 +69,8 @@ _QUOTES_IN_SYMBOLS = (
     "USDT", "USDC", "BUSD", "FDUSD", "TUSD", "USD", "EUR", "GBP", "JPY", "KRW", "BTC", "ETH",
 )
 _CDD_TIME = r"\d{4}-\d{2}-\d{2} \d{1,2}-(?:AM|PM)"
+_SLASHED_DATE = r"^(\d{1,2})([/.\-])(\d{1,2})\2(\d{4})(.*)$"
+"""`03/04/2024 10:00`, `3.4.2024`, `03-04-2024T10:00Z`: day and month in an order the text does not tell."""
 _CLOCK = r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
 _EPOCH_UNITS = (("s", 1e11), ("ms", 1e14), ("us", 1e17), ("ns", np.inf))
 """Epoch unit by magnitude: seconds below 1e11 (year 5138), milliseconds below 1e14, and so on."""
@@ -88,6 +97,14 @@ class _Header:
     skip: int  # lines before the header (or before the first row when headerless)
     header: bool
     roles: dict[str, str | int]  # time, open, high, low, close, volume and optionally date
+    cells: tuple[str, ...] = ()  # the header's names, stripped (none when headerless)
+
+    def positions(self) -> dict[str, int]:
+        """The column number of each role (a repeated name: its first column)."""
+        return {
+            role: column if isinstance(column, int) else self.cells.index(column)
+            for role, column in self.roles.items()
+        }
 
 
 def normalise(name: str) -> str:
@@ -97,12 +114,18 @@ def normalise(name: str) -> str:
 
 
 def import_candle_csv(
-    path: str | Path, *, fmt: str = "auto", timeframe: str | None = None, symbol: str | None = None
+    path: str | Path,
+    *,
+    fmt: str = "auto",
+    timeframe: str | None = None,
+    symbol: str | None = None,
+    date_format: str | None = None,
 ) -> CsvImport:
     """Read the candle CSV at `path` in layout `fmt` (one of `CSV_FORMATS`; `auto` detects it).
 
     `timeframe` and `symbol` default to what the file says (a canonical file's `#` line, a `symbol` column),
-    else the timeframe is inferred from the bar spacing and the symbol is `UNKNOWN`.
+    else the timeframe is inferred from the bar spacing and the symbol is `UNKNOWN`. `date_format` (strftime
+    codes, e.g. `%d/%m/%Y %H:%M`) reads every time with it, in place of detecting the encoding.
     """
     path = Path(path)
     if fmt not in CSV_FORMATS:
@@ -114,21 +137,15 @@ def import_candle_csv(
         check_stated_timeframe(meta["timeframe"], path)
     delimiter = max((",", ";", "\t"), key="\n".join(lines[:2]).count)
     rows = [[cell.strip() for cell in next(csv.reader([line], delimiter=delimiter))] for line in lines]
+    for row in rows:
+        check_columns(row, path)
     header = _detect(path, rows, skip, fmt)
-    try:
-        frame = pd.read_csv(
-            path, skiprows=header.skip, header=0 if header.header else None, sep=delimiter, dtype=str,
-            skipinitialspace=True, encoding="utf-8-sig",
-        )
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read '{path}': {exc}".splitlines()[0]) from None
-    if frame.empty:
-        raise DataError(f"'{path}' has no candles: a header and no rows")
-    frame.columns = [c.strip() if isinstance(c, str) else c for c in frame.columns]
+    check_line_lengths(path)
+    frame = _read_roles(path, header, delimiter)
     roles = header.roles
-    times, encoding = _parse_times(_time_text(frame, roles), path, roles["time"])
+    times, encoding = _parse_times(_time_text(frame), path, roles["time"], date_format=date_format)
     index = check_time_range(pd.DatetimeIndex(times), path)
-    data = pd.DataFrame({c: frame[roles[c]].to_numpy() for c in COLUMNS}, index=index)
+    data = pd.DataFrame({c: frame[c].to_numpy() for c in COLUMNS}, index=index)
     notes = [encoding]
     if header.layout != "ccxt":
         date = f"'{roles['date']}' and " if "date" in roles else ""
@@ -139,7 +156,7 @@ def import_candle_csv(
         notes.append("newest row first, so rows reversed")
     raw_symbol = symbol or meta.get("symbol")
     if raw_symbol is None and "symbol" in roles:
-        raw_symbol = _pair(str(frame[roles["symbol"]].iloc[0])) if len(frame) else None
+        raw_symbol = _pair(str(frame["symbol"].iloc[0])) if len(frame) else None
     timeframe = timeframe or meta.get("timeframe") or infer_timeframe(data.index) or "1h"
     name = {"canonical": "canonical CSV", "cryptodatadownload": "CryptoDataDownload export",
             "exchange": "exchange export", "ccxt": "headerless ccxt rows"}[header.layout]
@@ -171,7 +188,7 @@ def _first_lines(path: Path, count: int = 3) -> tuple[list[str], int, dict]:
     skip, meta = 0, {}
     try:
         with path.open(encoding="utf-8-sig") as handle:
-            for line in handle:
+            for line in bounded_lines(handle, path):
                 stripped = line.strip()
                 if not lines and (not stripped or stripped.startswith("#")):
                     skip += 1
@@ -206,7 +223,7 @@ def _detect(path: Path, rows: list[list[str]], skip: int, fmt: str) -> _Header:
         if [normalise(c) for c in first[:6]] != ["timestamp", *COLUMNS]:
             expected = "the canonical header is timestamp,open,high,low,close,volume"
             raise UsageError(_undetected(path, first, expected))
-        return _Header("canonical", skip, True, roles_first)
+        return _Header("canonical", skip, True, roles_first, tuple(first))
     banner = roles_first is None and roles_second is not None
     roles, header_row = (roles_second, second) if banner else (roles_first, first)
     if roles is None:
@@ -216,7 +233,7 @@ def _detect(path: Path, rows: list[list[str]], skip: int, fmt: str) -> _Header:
             raise DataError(
                 f"'{path}': no base-asset volume column (expected e.g. 'Volume BTC' or volume_btc)"
             )
-        return _Header("cryptodatadownload", skip + banner, True, roles)
+        return _Header("cryptodatadownload", skip + banner, True, roles, tuple(header_row))
     if fmt == "auto":
         if banner and _base_volume(header_row) is not None:
             fmt = "cryptodatadownload"
@@ -224,7 +241,7 @@ def _detect(path: Path, rows: list[list[str]], skip: int, fmt: str) -> _Header:
             fmt = "canonical"
         else:
             fmt = "exchange"
-    return _Header(fmt, skip + banner, True, roles)
+    return _Header(fmt, skip + banner, True, roles, tuple(header_row))
 
 
 def _roles(cells: list[str]) -> dict[str, str] | None:
@@ -274,19 +291,43 @@ def _undetected(path: Path, cells: list[str], expected: str) -> str:
 # --------------------------------------------------------------------------- values
 
 
-def _time_text(frame: pd.DataFrame, roles: dict) -> pd.Series:
+def _read_roles(path: Path, header: _Header, delimiter: str) -> pd.DataFrame:
+    """The rows of the columns that play a role, as text, one frame column per role (`time`, `open`, ...).
+
+    The columns are read by position below the header, so a header that repeats a name costs nothing."""
+    positions = header.positions()
+    try:
+        frame = pd.read_csv(
+            path, skiprows=header.skip + header.header, header=None, usecols=sorted(set(positions.values())),
+            sep=delimiter, dtype=str, skipinitialspace=True, encoding="utf-8-sig",
+        )
+    except pd.errors.EmptyDataError:
+        frame = pd.DataFrame()
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read '{path}': {exc}".splitlines()[0]) from None
+    if frame.empty:
+        raise DataError(f"'{path}' has no candles: a header and no rows")
+    return pd.DataFrame({role: frame[column] for role, column in positions.items()})
+
+
+def _time_text(frame: pd.DataFrame) -> pd.Series:
     """The time column as text; a clock-time `time` column is joined to the `date` column."""
-    text = frame[roles["time"]].str.strip()
-    if "date" in roles and len(text) and text.str.fullmatch(_CLOCK, na=False).all():
-        text = frame[roles["date"]].str.strip() + " " + text
+    text = frame["time"].str.strip()
+    if "date" in frame and len(text) and text.str.fullmatch(_CLOCK, na=False).all():
+        text = frame["date"].str.strip() + " " + text
     return text
 
 
-def _parse_times(text: pd.Series, path: Path, column: str | int) -> tuple[pd.Series, str]:
-    """UTC timestamps from epoch numbers or date text, and a word on the encoding; unreadable values raise."""
-    numbers = pd.to_numeric(text, errors="coerce")
+def _parse_times(
+    text: pd.Series, path: Path, column: str | int, *, date_format: str | None = None
+) -> tuple[pd.Series, str]:
+    """UTC timestamps from epoch numbers or date text (or text in `date_format`), and a word on the encoding;
+    unreadable values raise."""
     label = f"column {column + 1}" if isinstance(column, int) else f"'{column}'"
     present = text.notna() & (text != "")
+    if date_format is not None:
+        return _formatted_times(text, present, date_format, path, label)
+    numbers = pd.to_numeric(text, errors="coerce")
     if present.any() and numbers[present].notna().all():
         stamps, encoding = _epoch_times(numbers[present], path, label)
         return _no_missing(stamps.reindex(text.index), text, path, label), encoding
@@ -295,16 +336,101 @@ def _parse_times(text: pd.Series, path: Path, column: str | int) -> tuple[pd.Ser
     rest = stamps.isna() & present
     encoding = "CryptoDataDownload dates"
     if rest.any():
-        try:
-            parsed = pd.to_datetime(text[rest], format="ISO8601", utc=True)
-            encoding = "ISO 8601 times (naive ones as UTC)"
-        except (ValueError, TypeError):
-            parsed = pd.to_datetime(text[rest], format="mixed", errors="coerce", utc=True)
-            encoding = "date text (naive as UTC; a/b/yyyy read month first)"
+        slashed = _day_or_month_first(text[rest], path, label)
+        if slashed is not None:
+            parsed, encoding = slashed
+        else:
+            try:
+                parsed = pd.to_datetime(text[rest], format="ISO8601", utc=True)
+                encoding = "ISO 8601 times (naive ones as UTC)"
+            except (ValueError, TypeError):
+                parsed = pd.to_datetime(text[rest], format="mixed", errors="coerce", utc=True)
+                encoding = "date text (naive as UTC)"
         stamps = pd.concat([stamps[~rest], parsed]).reindex(text.index)  # concat: the finer unit of the two
     stamps = _no_missing(stamps, text, path, label)
     check_time_zones(text, path)
     return stamps, encoding
+
+
+def _formatted_times(
+    text: pd.Series, present: pd.Series, date_format: str, path: Path, label: str
+) -> tuple[pd.Series, str]:
+    """Every time read with the strftime codes of `--date-format` (naive ones as UTC)."""
+    try:
+        stamps = pd.to_datetime(text.where(present), format=date_format, errors="coerce", utc=True)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"bad --date-format '{date_format}': {exc}".splitlines()[0]) from None
+    return _no_missing(stamps, text, path, label), f"times read as '{date_format}' (naive as UTC)"
+
+
+def _day_or_month_first(text: pd.Series, path: Path, label: str) -> tuple[pd.Series, str] | None:
+    """Dates like `03/04/2024` (any time after them) read in the order of day and month the data allows: None
+    when the text holds no such dates.
+
+    An order that gives an impossible date is ruled out; of two possible orders, the one whose bars are spaced
+    regularly is taken (hourly bars over 12 days read month first jump a month every 24 bars). When both are as
+    regular, the order is not guessed: `--date-format` must name it."""
+    parts = text.str.extract(_SLASHED_DATE)  # (n, 5): first number, separator, second number, year, the rest
+    matched = parts[0].notna()
+    if not matched.any():
+        return None
+    if not matched.all():
+        raise DataError(
+            f"'{path}': times in {label} mix dates like '{text[matched].iloc[0]}' with others like "
+            f"'{text[~matched].iloc[0]}': pass --date-format (e.g. '%d/%m/%Y %H:%M')"
+        )
+    first, second, year, rest = parts[0], parts[2], parts[3], parts[4]
+    day_first = _ordered_dates(year, month=second, day=first, rest=rest)
+    month_first = _ordered_dates(year, month=first, day=second, rest=rest)
+    day_ok, month_ok = bool(day_first.notna().all()), bool(month_first.notna().all())
+    if not (day_ok or month_ok):
+        raise DataError(
+            f"'{path}': unreadable times in {label}: '{_clip(text[day_first.isna()].iloc[0])}' is no date read day "
+            f"first, '{_clip(text[month_first.isna()].iloc[0])}' none read month first"
+        )
+    if not month_ok:
+        return day_first, "day/month/year dates (month first gives no date for some)"
+    if not day_ok:
+        return month_first, "month/day/year dates (day first gives no date for some)"
+    if day_first.equals(month_first):
+        return day_first, "day/month/year dates (the same read month first)"
+    day_steps, month_steps = _irregular_steps(day_first), _irregular_steps(month_first)
+    if day_steps == month_steps:
+        sep, clock = parts[1].iloc[0], _clock_codes(rest.iloc[0])
+        raise UsageError(
+            f"'{path}': dates like '{_clip(text.iloc[0])}' in {label} read day first or month first alike: pass "
+            f"--date-format '%d{sep}%m{sep}%Y{clock}' (day first) or '%m{sep}%d{sep}%Y{clock}' (month first)"
+        )
+    if day_steps < month_steps:
+        return day_first, f"day/month/year dates (read month first, {month_steps:,} steps break the spacing)"
+    return month_first, f"month/day/year dates (read day first, {day_steps:,} steps break the spacing)"
+
+
+def _ordered_dates(year: pd.Series, *, month: pd.Series, day: pd.Series, rest: pd.Series) -> pd.Series:
+    """UTC times from the parts of `03/04/2024 10:00` in one order; NaT where that order gives no date."""
+    text = year + "-" + month.str.zfill(2) + "-" + day.str.zfill(2) + rest
+    stamps = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
+    possible = month.astype(int) <= 12  # dateutil (format "mixed") would swap a month above 12 with the day
+    if (stamps.isna() & possible).any():  # a clock like `2:00 PM`
+        stamps = pd.to_datetime(text.where(possible), format="mixed", errors="coerce", utc=True)
+    return stamps
+
+
+def _clock_codes(clock: str) -> str:
+    """The strftime codes of a time after a date (` 10:00` → ` %H:%M`), or ` ...` for one it cannot tell."""
+    codes = re.sub(r"\d{1,2}:\d{2}(:\d{2})?", lambda m: "%H:%M:%S" if m.group(1) else "%H:%M", clock, count=1)
+    return " ..." if re.search(r"\d", codes) else codes
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    """A value cut short for a one-line message."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _irregular_steps(stamps: pd.Series) -> int:
+    """Steps between consecutive times that differ from the most common one (in size or direction)."""
+    steps = stamps.diff().dropna()
+    return int((steps != steps.mode().iloc[0]).sum()) if len(steps) else 0
 
 
 def _no_missing(stamps: pd.Series, text: pd.Series, path: Path, label: str) -> pd.Series:

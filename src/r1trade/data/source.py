@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from r1trade.config import Config
+from r1trade.config import Config, load_config
 from r1trade.data.splits import SPLIT_NAMES, Splits, make_splits
-from r1trade.data.store import ValidationReport, load_candles, load_clean_candles, validate_candles
+from r1trade.data.store import (
+    ValidationReport,
+    candle_file_timeframe,
+    load_candles,
+    load_clean_candles,
+    timeframe_to_timedelta,
+    validate_candles,
+)
 from r1trade.data.synthetic import DecisionGrid, EdgeStats, decision_grid, measure_edge, synthetic_candles
 from r1trade.errors import DataError, UsageError
 
@@ -78,6 +85,50 @@ def load_config_splits(config: Config) -> list[Splits]:
     """The splits (`data.split`) of each of the config's candle files (`asset_configs`), each file read once: what
     a training run builds its replays from and records."""
     return [make_splits(load_config_candles(asset)[0], asset.data.split) for asset in asset_configs(config)]
+
+
+def candle_timeframe(config: Config) -> str | None:
+    """The bar length of one-file `config`'s candles (`asset_configs`): generated, `data.synthetic.timeframe`; a
+    file, the timeframe it states or its bar spacing; None for a file that is not there or cannot be read."""
+    _one_file(config)
+    if config.data.source == "synthetic":
+        return config.data.synthetic.timeframe
+    path = Path(config.data.path)
+    if not path.is_file():
+        return None
+    try:
+        return candle_file_timeframe(path)
+    except DataError:
+        return None
+
+
+def checkpoint_timeframes(checkpoint: Path) -> set[str]:
+    """The bar lengths of the candles a checkpoint (or a walk-forward run) trained on, as its `config.yaml` names
+    them; empty when they cannot be told (no config, candle files gone)."""
+    saved = checkpoint / "config.yaml"
+    if not saved.is_file():
+        return set()
+    return {tf for asset in asset_configs(load_config(saved)) if (tf := candle_timeframe(asset))}
+
+
+def check_checkpoint_timeframe(checkpoint: Path, config: Config) -> None:
+    """Refuse to play a checkpoint on `config`'s candles when their bar length is not one it trained on
+    (`refuse_timeframe_change`)."""
+    trained = checkpoint_timeframes(checkpoint)
+    for asset in asset_configs(config):
+        refuse_timeframe_change(checkpoint, trained, candle_timeframe(asset), describe_source(asset))
+
+
+def refuse_timeframe_change(checkpoint: Path, trained: set[str], timeframe: str | None, candles: str) -> None:
+    """Refuse `candles` of bar length `timeframe` for a checkpoint `trained` on others: a policy that learnt what a
+    4-bar move of hourly bars means reads 4h bars as the same, a day as four hours. Nothing is refused when either
+    side cannot be told (None, or an empty `trained`)."""
+    lengths = {timeframe_to_timedelta(known) for known in trained}  # 60m is 1h
+    if lengths and timeframe is not None and timeframe_to_timedelta(timeframe) not in lengths:
+        raise UsageError(
+            f"'{checkpoint}' was trained on {' and '.join(sorted(trained))} candles and {candles} holds "
+            f"{timeframe} candles: give candles of its bar length, or pass --allow-timeframe-change"
+        )
 
 
 def source_key(config: Config) -> tuple:

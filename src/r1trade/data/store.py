@@ -6,6 +6,7 @@ Canonical candles: a DataFrame indexed by a tz-aware UTC `timestamp` (the bar's 
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from r1trade.data.csv_bounds import bounded_lines, check_columns, check_line_lengths, check_unique_names
 from r1trade.errors import DataError, UsageError
 from r1trade.outputs import write_through
 
@@ -73,22 +75,57 @@ def candles_from_ohlcv(rows: list[list[float]], *, symbol: str, timeframe: str, 
 # --------------------------------------------------------------------------- storage
 
 
+CANDLE_SUFFIXES = (".parquet", ".csv")
+
+
+def check_candle_suffix(path: Path) -> None:
+    """Candle files are Parquet or canonical CSV, told apart by their suffix."""
+    if path.suffix not in CANDLE_SUFFIXES:
+        raise UsageError(f"cannot write '{path}': use a .parquet or .csv file name")
+
+
 def save_candles(candles: pd.DataFrame, path: str | Path) -> Path:
-    """Write candles atomically as Parquet (`.parquet`) or canonical CSV (`.csv`), keeping the metadata."""
+    """Write candles atomically as Parquet (`.parquet`) or canonical CSV (`.csv`), keeping the metadata.
+
+    The file is written beside `path`, flushed, read back and checked to hold every row before it replaces what
+    was there, so an existing file is only ever replaced by a complete one."""
     path = Path(path)
+    check_candle_suffix(path)
     meta = {k: candles.attrs.get(k) for k in META_KEYS}
     if path.suffix == ".parquet":
         table = pa.Table.from_pandas(candles[list(COLUMNS)], preserve_index=True)
         table = table.replace_schema_metadata({**table.schema.metadata, _PARQUET_META_KEY: json.dumps(meta)})
-        write_through(path, lambda tmp: pq.write_table(table, tmp))
-    elif path.suffix == ".csv":
+
+        def write(tmp: Path) -> None:
+            pq.write_table(table, tmp)
+    else:
         frame = candles[list(COLUMNS)].copy()
         frame.index = frame.index.strftime("%Y-%m-%dT%H:%M:%SZ")
         header = "# " + json.dumps(meta) + "\n"
-        write_through(path, lambda tmp: tmp.write_text(header + frame.to_csv(float_format="%.10g")))
-    else:
-        raise UsageError(f"cannot write '{path}': use a .parquet or .csv file name")
-    return path
+
+        def write(tmp: Path) -> None:
+            tmp.write_text(header + frame.to_csv(float_format="%.10g"))
+
+    return write_through(path, write, check=lambda tmp: _check_written(tmp, candles, path))
+
+
+def _check_written(written: Path, candles: pd.DataFrame, path: Path) -> None:
+    """Refuse a written candle file that does not read back with every row and timestamp of `candles`."""
+    try:
+        back = load_candles(written)
+    except DataError as exc:
+        raise DataError(f"'{path}' was not replaced: the file written does not read back ({exc})") from None
+    if len(back) != len(candles):
+        raise DataError(
+            f"'{path}' was not replaced: the file written reads back as {len(back):,} rows, not {len(candles):,}"
+        )
+    differ = np.flatnonzero(back.index != candles.index)
+    if len(differ):
+        first = differ[0]
+        raise DataError(
+            f"'{path}' was not replaced: timestamp {candles.index[first]} reads back as {back.index[first]} (a "
+            ".csv keeps whole seconds: write .parquet)"
+        )
 
 
 def load_candles(path: str | Path) -> pd.DataFrame:
@@ -106,13 +143,15 @@ def load_candles(path: str | Path) -> pd.DataFrame:
             meta = _metadata((table.schema.metadata or {}).get(_PARQUET_META_KEY), path)
             frame = _parquet_frame(table, path)
         elif path.suffix == ".csv":
-            with path.open(encoding="utf-8") as handle:
-                first = handle.readline()
+            first, header = _csv_head(path)
             meta = _metadata(first[1:] if first.startswith("#") else None, path)
+            check_columns(header, path)
+            check_unique_names(header, path)
+            check_line_lengths(path)
             frame = pd.read_csv(path, comment="#", index_col=0)
         else:
             raise UsageError(f"cannot read '{path}': use a .parquet or .csv candle file")
-    except (OSError, ValueError, pa.ArrowException) as exc:
+    except (OSError, ValueError, csv.Error, pa.ArrowException) as exc:
         raise DataError(f"cannot read candles from '{path}': {exc}".splitlines()[0]) from None
     missing = [column for column in COLUMNS if column not in frame.columns]
     if missing:
@@ -128,6 +167,34 @@ def load_candles(path: str | Path) -> pd.DataFrame:
         timeframe=timeframe or "1h",
         source=meta.get("source") or str(path),
     )
+
+
+def candle_file_timeframe(path: Path) -> str:
+    """The bar length of a canonical candle file: the timeframe its metadata states (read without its rows),
+    else its most common bar spacing (read whole), as `load_candles` gives it."""
+    try:
+        if path.suffix == ".parquet":
+            raw = (pq.read_schema(path).metadata or {}).get(_PARQUET_META_KEY)
+        else:
+            first, _ = _csv_head(path)
+            raw = first[1:] if first.startswith("#") else None
+    except (OSError, ValueError, csv.Error, pa.ArrowException) as exc:
+        raise DataError(f"cannot read candles from '{path}': {exc}".splitlines()[0]) from None
+    return _metadata(raw, path).get("timeframe") or load_candles(path).attrs["timeframe"]
+
+
+def _csv_head(path: Path) -> tuple[str, list[str]]:
+    """A canonical CSV's first line and its header's names (the first line that is not a `#` comment or blank),
+    each read with a bounded read."""
+    first, header = "", []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(bounded_lines(handle, path)):
+            first = line if number == 0 else first
+            text = line.split("#", 1)[0].strip()  # pandas' comment="#" cuts a line there
+            if text:
+                header = next(csv.reader([text]))
+                break
+    return first, [name.strip() for name in header]
 
 
 def _metadata(raw: str | bytes | None, path: Path) -> dict[str, str]:
