@@ -186,6 +186,18 @@ def test_train_refuses_a_template_without_r1trades_tool_calls(capsys, tmp_path: 
     assert code == 2 and "tiny-random-qwen" in err and len(err.splitlines()) == 1
 
 
+def test_vllm_settings_pass_through_unchanged():
+    """vLLM is the user's choice on their own GPUs: its GRPOConfig keys reach TRL as written (vLLM itself is not
+    needed to build the arguments)."""
+    vllm = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
+            "vllm_server_base_url": "http://localhost:8000"}
+    written = ", ".join(f"{key}: {value}" if not isinstance(value, str) else f'{key}: "{value}"'
+                        for key, value in vllm.items())
+    arguments = grpo_arguments(trl_config(f"train.trl_args={{{written}}}"), Path("run"))
+    assert {key: arguments[key] for key in vllm} == vllm
+    assert arguments["trust_remote_code"] is False  # what r1trade adds stays
+
+
 def test_mapped_settings():
     arguments = grpo_arguments(trl_config("train.epochs=2", "train.updates=3", "train.kl_coef=0.05",
                                           "train.trl_args={max_completion_length: 400}"), Path("run"))
