@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+from trl_fixtures import SHORT_EPISODES, TRL, run_r1trade
 
 from r1trade.cli import main
 
@@ -170,3 +172,82 @@ def test_optimizer_state_of_another_shape_is_one_line(capsys, run_copy: Path) ->
     err = capsys.readouterr().err
     assert f"{step}/optimizer.json: the saved state does not fit this run" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def tree(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a run folder by its path: what a refused resume must leave as it was."""
+    return {str(path.relative_to(run_dir)): path.read_bytes() for path in sorted(run_dir.rglob("*")) if path.is_file()}
+
+
+def damage_rng(step: Path, where: str, value: object) -> None:
+    """Set the numpy state's key position (`numpy`) or the Python state's (`python`) in `rng.json`."""
+    document = json.loads((step / "rng.json").read_text())
+    if where == "numpy":  # ('MT19937', keys, position, has_gauss, cached_gaussian)
+        document["numpy"]["tuple"][2] = value
+    else:  # (3, (624 keys..., position), gauss_next)
+        document["python"]["tuple"][1]["tuple"][-1] = value
+    (step / "rng.json").write_text(json.dumps(document))
+
+
+RNG_DAMAGE = [
+    ("numpy", 2**70, "numpy's key position is 1180591620717411303424, not 0 to 624"),  # an OverflowError in NumPy
+    ("numpy", 700_000, "numpy's key position is 700000, not 0 to 624"),  # NumPy takes it, then reads past its key
+    ("numpy", -1, "numpy's key position is -1, not 0 to 624"),
+    ("numpy", 3.5, "numpy's key position is 3.5, not 0 to 624"),
+    ("python", 10**30, "python's key position is 1000000000000000000000000000000, not 0 to 624"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "message"), RNG_DAMAGE)
+def test_random_states_out_of_range_are_one_line_and_change_nothing(
+    capsys, run_copy: Path, where: str, value: object, message: str
+) -> None:
+    step = run_copy / "checkpoints" / "step-1"
+    damage_rng(step, where, value)
+    before = tree(run_copy)
+    assert main(["train", "--resume", str(run_copy), "--set", "train.updates=2"]) == 1
+    err = capsys.readouterr().err
+    assert f"{step}/rng.json: the saved state does not fit this run ({message})" in err
+    assert_one_line_failure(1, err)
+    assert tree(run_copy) == before
+
+
+def test_numpy_key_words_past_32_bits_are_one_line_and_change_nothing(capsys, run_copy: Path) -> None:
+    """NumPy's key is kept as int64 words: a word past 32 bits would wrap silently into the uint32 key."""
+    step = run_copy / "checkpoints" / "step-1"
+    keys = json.loads((step / "rng.json").read_text())["numpy"]["tuple"][1]["array"]["tensor"]
+    tensors = load_file(step / "rng.safetensors")
+    tensors[keys] = tensors[keys].clone()
+    tensors[keys][0] = 2**32 + 5
+    save_file(tensors, step / "rng.safetensors")
+    before = tree(run_copy)
+    assert main(["train", "--resume", str(run_copy), "--set", "train.updates=2"]) == 1
+    err = capsys.readouterr().err
+    assert f"{step}/rng.json: damaged state file (array values out of range of its dtype uint32)" in err
+    assert_one_line_failure(1, err)
+    assert tree(run_copy) == before
+
+
+@pytest.fixture(scope="module")
+def trl_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-update run of the `train.engine: trl` path (its checkpoint writes its random-number states itself)."""
+    root = tmp_path_factory.mktemp("trl")
+    overrides = [*TRL, *SHORT_EPISODES, "train.updates=1", f"output_dir={root}"]
+    trained = run_r1trade("train", "--config", "smoke", *(part for o in overrides for part in ("--set", o)), cwd=root)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    return root / "smoke"
+
+
+@pytest.mark.parametrize(("where", "value", "message"), RNG_DAMAGE[:2])
+def test_random_states_out_of_range_in_a_trl_checkpoint_are_one_line_and_change_nothing(
+    trl_run: Path, tmp_path: Path, where: str, value: object, message: str
+) -> None:
+    run_dir = tmp_path / "smoke"
+    shutil.copytree(trl_run, run_dir)
+    step = run_dir / "checkpoints" / "step-1"
+    damage_rng(step, where, value)
+    before = tree(run_dir)
+    resumed = run_r1trade("train", "--resume", str(run_dir), "--set", "train.updates=2", cwd=tmp_path)
+    assert_one_line_failure(resumed.returncode, resumed.stderr)
+    assert f"{step}/rng.json: the saved state does not fit this run ({message})" in resumed.stderr
+    assert tree(run_dir) == before

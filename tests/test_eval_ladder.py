@@ -154,3 +154,65 @@ def test_the_command_writes_the_ladder(tmp_path: Path, capsys) -> None:
     assert main([*args, "--seed", "2"]) == 0, capsys.readouterr().err
     (record,) = json.loads(ladder.read_text())
     assert record["direction_accuracy"] == 0.7875 and record["updates"] == 3 and record["seed"] == 2
+
+
+def _damage_report(report: Path, change) -> None:
+    document = json.loads((report / "metrics.json").read_text())
+    (report / "metrics.json").write_text(json.dumps(change(document)))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda document: list(document), "metrics.json is not a backtest report's metrics: a JSON list"),
+    (lambda document: {k: v for k, v in document.items() if k != "decisions"}, "has no 'decisions' count"),
+    (lambda document: {**document, "decisions": {"count": "240"}}, "has no 'decisions' count"),
+    (lambda document: {**document, "strategies": []}, "has no 'strategies' object of rows"),
+    (lambda document: {**document, "strategies": {**document["strategies"], "buy_and_hold": {"Sharpe Ratio": 1}}},
+     "row 'buy_and_hold' has no 'Return [%]'"),
+    (lambda document: {**document, "strategies": {**document["strategies"], "oracle": _row(80.0, "20")}},
+     "row 'oracle' holds a 'Return [%]' that is not a number: '20'"),
+])
+def test_a_report_that_is_not_a_backtest_report_is_one_line_and_the_ladder_is_kept(
+    tmp_path: Path, capsys, damage, message: str
+) -> None:
+    report, checkpoint = _fixture(tmp_path)
+    _damage_report(report, damage)
+    ladder = tmp_path / "ladder.json"
+    add_record(ladder, {"level": "btc", "variant": "kept"})
+    before = ladder.read_bytes()
+    args = ["ladder-record", "--report", str(report), "--checkpoint", str(checkpoint), "--level", "btc",
+            "--variant", "v", "--command", "c", "--model", "m", "--ladder", str(ladder)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert ladder.read_bytes() == before
+
+
+@pytest.mark.parametrize("ladder_bytes, message", [
+    (bytes(range(256)) * 4, "is not valid JSON: it is not UTF-8 text"),
+    (b"\x00" * 64, "is not valid JSON: Expecting value"),  # UTF-8, but NUL bytes
+])
+def test_a_binary_ladder_file_is_one_line_and_left_as_it_was(
+    tmp_path: Path, capsys, ladder_bytes: bytes, message: str
+) -> None:
+    report, checkpoint = _fixture(tmp_path)
+    ladder = tmp_path / "ladder.json"
+    ladder.write_bytes(ladder_bytes)
+    args = ["ladder-record", "--report", str(report), "--checkpoint", str(checkpoint), "--level", "btc",
+            "--variant", "v", "--command", "c", "--model", "m", "--ladder", str(ladder)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert ladder.read_bytes() == ladder_bytes
+    assert main(["ladder-summary", "--level", "btc", "--ladder", str(ladder)]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seconds", ['"a minute"', "null", "Infinity"])
+def test_a_training_log_whose_times_are_not_numbers_is_one_line(tmp_path: Path, seconds: str) -> None:
+    _, checkpoint = _fixture(tmp_path)
+    log = checkpoint.parent.parent / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    lines[1] = f'{{"update": 2, "rollout_seconds": {seconds}, "score_seconds": 20, "update_seconds": 50}}'
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UsageError, match="the record of update 2 holds an update or a time in seconds that is not"):
+        training_cost(checkpoint)

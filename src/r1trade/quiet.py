@@ -30,6 +30,8 @@ HARMLESS_WARNINGS: tuple[tuple[type[Warning], str], ...] = (
 HARMLESS_LOGS: tuple[tuple[str, str], ...] = (
     ("DeepSpeed", r"Setting accelerator to CPU"),
     ("transformers.utils.generic", r"`past_key_values`/`cache_params` are deprecated"),
+    # train.engine trl passes model_init_kwargs for the reference model TRL loads; its policy comes built
+    ("trl.trainer.grpo_trainer", r"(\[RANK \d+\] )?You passed `model_init_kwargs` to the `GRPOConfig`"),
 )
 """Log records (the logger that emits them, start of the message) that say nothing a user can act on."""
 

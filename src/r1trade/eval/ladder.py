@@ -28,6 +28,7 @@ replaces it. `summarise` gives each variant's mean and spread over its seeds.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,8 +60,8 @@ def ladder_record(
     seed: int | None = None,
 ) -> dict[str, Any]:
     """The record for the agent `agent` (default: the report's only `agent (...)` row) beside `warmstart`."""
-    document = _read_json(report_dir / "metrics.json")
-    strategies: dict[str, dict] = document.get("strategies", {})
+    metrics = report_dir / "metrics.json"
+    strategies, count = _report(metrics)
     if agent is None:
         agents = [name for name in strategies if name.startswith(AGENT_PREFIX)]
         if len(agents) != 1:
@@ -68,19 +69,23 @@ def ladder_record(
         agent = agents[0]
     rows = {role: _row(strategies, name, report_dir) for role, name in
             (("agent", agent), ("warm start", warmstart), ("buy and hold", "buy_and_hold"))}
+    for name in (agent, warmstart, "buy_and_hold", "oracle"):
+        _check_numbers(strategies.get(name, {}), name, metrics)
     oracle = strategies.get("oracle")
     updates, seconds = training_cost(checkpoint)
     return {
         "level": level,
         "variant": variant,
         "model": model,
-        "heldout_decisions": int(document["decisions"]["count"]),
-        "direction_accuracy": _fraction(rows["agent"]["Direction Accuracy [%]"]),
-        "return_pct": rows["agent"]["Return [%]"],
-        "warmstart_direction_accuracy": _fraction(rows["warm start"]["Direction Accuracy [%]"]),
-        "warmstart_return_pct": rows["warm start"]["Return [%]"],
-        "oracle_return_pct": None if oracle is None else oracle["Return [%]"],
-        "buy_and_hold_return_pct": rows["buy and hold"]["Return [%]"],
+        "heldout_decisions": count,
+        "direction_accuracy": _fraction(_needed(rows["agent"], "Direction Accuracy [%]", agent, metrics)),
+        "return_pct": _needed(rows["agent"], "Return [%]", agent, metrics),
+        "warmstart_direction_accuracy": _fraction(
+            _needed(rows["warm start"], "Direction Accuracy [%]", warmstart, metrics)
+        ),
+        "warmstart_return_pct": _needed(rows["warm start"], "Return [%]", warmstart, metrics),
+        "oracle_return_pct": None if oracle is None else _needed(oracle, "Return [%]", "oracle", metrics),
+        "buy_and_hold_return_pct": _needed(rows["buy and hold"], "Return [%]", "buy_and_hold", metrics),
         "info_call_rate": _fraction(rows["agent"].get("Info Calls [%]")),
         "warmstart_info_call_rate": _fraction(rows["warm start"].get("Info Calls [%]")),
         "signal_call_rate": _fraction(rows["agent"].get(SIGNAL_ROW)),
@@ -107,7 +112,11 @@ def training_cost(checkpoint: Path) -> tuple[int, float]:
         raise UsageError(f"no training log at {log}")
     seen: dict[int, float] = {}  # a resumed run may log an update twice: its last line counts
     for record in read_records(log):
-        seen[int(record["update"])] = sum(float(record.get(phase, 0.0)) for phase in PHASES)
+        update, spent = record["update"], [record.get(phase, 0.0) for phase in PHASES]
+        if not (_is_number(update) and float(update).is_integer() and all(map(_is_finite, spent))):
+            raise UsageError(f"{log}: the record of update {str(update)[:20]} holds an update or a time in seconds "
+                             "that is not a number")
+        seen[int(update)] = sum(float(s) for s in spent)
     missing = [u for u in range(1, updates + 1) if u not in seen]
     if missing:
         raise UsageError(f"{log} lacks updates {missing[:5]} of the {updates} that {checkpoint} has seen")
@@ -179,14 +188,56 @@ def _row(strategies: dict[str, dict], name: str, report_dir: Path) -> dict:
     return strategies[name]
 
 
+def _report(metrics: Path) -> tuple[dict[str, dict], int]:
+    """A backtest report's rows by strategy and its held-out decision count; anything else is a one-line error."""
+    document = _read_json(metrics)
+    if not isinstance(document, dict):
+        raise UsageError(f"{metrics} is not a backtest report's metrics: a JSON {type(document).__name__}, not an "
+                         "object")
+    strategies = document.get("strategies")
+    if not isinstance(strategies, dict) or not all(isinstance(row, dict) for row in strategies.values()):
+        raise UsageError(f"{metrics} has no 'strategies' object of rows: is it a backtest report's metrics?")
+    decisions = document.get("decisions")
+    count = decisions.get("count") if isinstance(decisions, dict) else None
+    if type(count) is not int or count < 0:
+        raise UsageError(f"{metrics} has no 'decisions' count: is it a backtest report's metrics?")
+    return strategies, count
+
+
+def _check_numbers(row: dict, name: str, metrics: Path) -> None:
+    """The row's figures a record reads are numbers (or null where a figure may be missing)."""
+    for key, value in row.items():
+        if key.endswith("[%]") and value is not None and not _is_number(value):
+            raise UsageError(f"{metrics}: row '{name}' holds a '{key}' that is not a number: {str(value)[:40]!r}")
+
+
+def _needed(row: dict, key: str, name: str, metrics: Path) -> float | None:
+    """A figure every backtest row has (null where it does not apply, as buy-and-hold's accuracy)."""
+    if key not in row:
+        raise UsageError(f"{metrics}: row '{name}' has no '{key}'")
+    return row[key]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
 def _fraction(percent: float | None) -> float | None:
     return None if percent is None else percent / 100
 
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"no such file: {path}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not valid JSON: it is not UTF-8 text (a binary file?)") from None
     except json.JSONDecodeError as error:
         raise UsageError(f"{path} is not valid JSON: {error}") from None
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None

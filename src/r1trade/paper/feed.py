@@ -12,6 +12,7 @@ as long as they last; a rejected symbol or request is a usage error.
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ from r1trade.errors import DataError, UsageError
 
 OVERLAP_BARS = 3
 """Candles before the last one asked for again at every poll, to see revisions of candles already used."""
+MAX_REPLAY_PAUSE_SECONDS = 86_400.0
+"""The longest wait between two replayed candles `--speed` may ask for (a day)."""
+POLL_SECONDS_RANGE = (1.0, 3600.0)
+"""`--poll-seconds` from a second (exchanges limit the request rate) to an hour (a late candle is waited for)."""
 
 
 @dataclass(frozen=True)
@@ -208,13 +213,19 @@ class ExchangeFeed:
 
 
 def replay_feed(path: Path, *, speed: float | None, symbol: str | None, timeframe: str | None) -> ReplayFeed:
-    """The replay of a candle file; `symbol` and `timeframe`, when given, must be the file's."""
-    if speed is not None and speed <= 0:
-        raise UsageError(f"--speed must be above 0 (times real time), not {speed:g}")
+    """The replay of a candle file; `symbol` and `timeframe`, when given, must be the file's. `speed` must be a
+    finite number above 0 that waits at most `MAX_REPLAY_PAUSE_SECONDS` between two of the file's candles."""
+    if speed is not None and not (math.isfinite(speed) and speed > 0):
+        raise UsageError(f"--speed must be a finite number above 0 (times real time), not {speed:g}")
     feed = ReplayFeed(path, speed=speed)
     for flag, asked, held in (("--symbol", symbol, feed.symbol), ("--timeframe", timeframe, feed.timeframe)):
         if asked is not None and asked != held:
             raise UsageError(f"{flag} {asked} differs from the replay file's {held} ('{path}')")
+    if speed is not None and feed.step / 1000 / speed > MAX_REPLAY_PAUSE_SECONDS:
+        raise UsageError(
+            f"--speed {speed:g} would wait {feed.step / 1000 / speed:.3g} s between two {feed.timeframe} candles, "
+            f"more than a day: use --speed {feed.step / 1000 / MAX_REPLAY_PAUSE_SECONDS:g} or more"
+        )
     return feed
 
 
@@ -229,6 +240,9 @@ def open_feed(
     on_retry: Callable[[str], None],
 ) -> Feed:
     """The feed the command line asks for: a candle file replayed, or an exchange polled (exactly one)."""
+    low, high = POLL_SECONDS_RANGE
+    if not (math.isfinite(poll_seconds) and low <= poll_seconds <= high):
+        raise UsageError(f"--poll-seconds must be a number from {low:g} to {high:g}, not {poll_seconds:g}")
     if (exchange is None) == (replay is None):
         raise UsageError("give --exchange NAME (live candles) or --replay FILE (a candle file), one of them")
     if replay is not None:
@@ -237,7 +251,5 @@ def open_feed(
         raise UsageError("--speed paces a --replay; live candles come at the exchange's pace")
     if symbol is None or timeframe is None:
         raise UsageError("--exchange needs --symbol (e.g. BTC/USDT) and --timeframe (e.g. 1h)")
-    if poll_seconds <= 0:
-        raise UsageError(f"--poll-seconds must be above 0, not {poll_seconds:g}")
     client = make_exchange(exchange)
     return ExchangeFeed(client, symbol, timeframe, poll_seconds=poll_seconds, on_retry=on_retry)

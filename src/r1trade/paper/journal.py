@@ -32,6 +32,20 @@ from typing import IO, Any, Self
 
 from r1trade.errors import OutputError, UsageError
 from r1trade.paper.feed import Batch, Candle
+from r1trade.paper.journal_checks import (
+    DECIDED,
+    SKIPPED,
+    Damaged,
+    check_candle,
+    check_decision,
+    check_info,
+    check_mark,
+    check_meta,
+    check_pending,
+    json_object,
+    row_of,
+    text_value,
+)
 
 SCHEMA_VERSION = "1"
 SCHEMA = {
@@ -56,8 +70,6 @@ SCHEMA = {
     "events": "id INTEGER PRIMARY KEY, at INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL",
 }
 """Every table and its columns; a journal whose tables differ is refused."""
-
-DECIDED, SKIPPED = "decided", "skipped"
 
 
 @dataclass(frozen=True)
@@ -108,10 +120,19 @@ class Journal:
     """An open journal: `Journal.open` creates or resumes one to write, `Journal.read` opens one to report."""
 
     def __init__(self, path: Path, connection: sqlite3.Connection, lock: IO[bytes] | None) -> None:
+        """Read the journal's meta and candles, and check every table (`journal_checks`): a damaged journal is
+        refused here, and the connection closed (the lock is the caller's)."""
         self.path, self._db, self._lock = path, connection, lock
-        self.meta = _read_meta(connection, path)
-        rows = self._db.execute("SELECT ts, open, high, low, close, volume FROM candles ORDER BY position")
-        self.candles = [Candle(*row) for row in rows]
+        try:
+            self.meta = _read_meta(connection, path)
+            self.candles = self._read_candles()
+            self._check_tables()
+        except sqlite3.DatabaseError as exc:  # a page of the file is damaged, or the file was cut short
+            connection.close()
+            raise _unreadable(path, exc) from None
+        except BaseException:
+            connection.close()
+            raise
         self._positions = {candle.ts: i for i, candle in enumerate(self.candles)}
 
     # ------------------------------------------------------------------------------------------ opening
@@ -128,9 +149,14 @@ class Journal:
         lock = _lock(path)
         try:
             connection = _connect(path)
-            if not _tables(connection, path):
+            if _tables(connection, path):
+                _write_ahead(connection)
+            else:
                 _write_meta(connection, identity=identity, config=config, options=options, create=True)
             journal = cls(path, connection, lock)
+        except sqlite3.Error as exc:  # the file or its folder is read-only, the disk is full
+            lock.close()
+            raise UsageError(f"cannot write journal '{path}': {exc}") from None
         except BaseException:
             lock.close()
             raise
@@ -147,14 +173,23 @@ class Journal:
 
     @classmethod
     def read(cls, path: Path) -> Journal:
-        """An existing journal, to read (paper-report); a missing, damaged or foreign file is refused."""
+        """An existing journal, to read (paper-report); a missing, damaged or foreign file is refused.
+
+        Read-only, and nothing is written beside it, so a journal in a folder this user cannot write reads as
+        well. While no paper process writes the journal, a shared lock keeps one from starting during the read,
+        and the journal file alone is read when no write-ahead log is left beside it."""
         if not path.is_file():
             raise UsageError(f"journal not found: '{path}' (write one with `r1trade paper --journal {path}`)")
-        connection = _connect(path)
-        if not _tables(connection, path):
-            connection.close()
-            raise UsageError(f"journal '{path}' is empty: it holds no paper run")
-        return cls(path, connection, None)
+        connection, lock = _open_to_read(path)
+        try:
+            if not _tables(connection, path):
+                connection.close()
+                raise UsageError(f"journal '{path}' is empty: it holds no paper run")
+            return cls(path, connection, lock)
+        except BaseException:
+            if lock is not None:
+                lock.close()
+            raise
 
     def close(self) -> None:
         self._db.close()
@@ -166,6 +201,79 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _read_candles(self) -> list[Candle]:
+        candles: list[Candle] = []
+        rows = self._db.execute("SELECT position, ts, open, high, low, close, volume FROM candles ORDER BY position")
+        for row in rows:
+            with row_of(self.path, "candles", f"position={row[0]}"):
+                check_candle(row, len(candles), candles[-1].ts if candles else None)
+            candles.append(Candle(*row[1:]))
+        return candles
+
+    def _check_tables(self) -> None:
+        """The settled decisions, the pending one, the turns, the equity marks and the candle events, as a paper
+        run writes them (`journal_checks`)."""
+        every, stamps = self.meta["identity"]["decision_every"], [candle.ts for candle in self.candles]
+        decisions = self.rows("SELECT ts, position, episode, step, status, equity FROM decisions ORDER BY ts")
+        previous, last_episode = None, -1
+        for row in decisions:
+            with row_of(self.path, "decisions", f"ts={row[0]}"):
+                check_decision(row, candle_ts=stamps, every=every, previous=previous, last_episode=last_episode)
+            previous, last_episode = row, last_episode if row[2] is None else row[2]
+        pending = self.rows("SELECT ts, position, episode, step, status, turns FROM pending ORDER BY ts")
+        for row in pending:
+            with row_of(self.path, "pending", f"ts={row[0]}"):
+                if len(pending) > 1:
+                    raise Damaged(f"the table holds {len(pending)} decisions, a paper run keeps one")
+                check_pending(row, candle_ts=stamps, every=every, previous=previous, last_episode=last_episode)
+        self._check_turns(decisions, every)
+        self._check_marks(decisions, stamps, every)
+        for row in self.rows("SELECT id, kind, detail FROM candle_events ORDER BY id"):
+            with row_of(self.path, "candle_events", f"id={row[0]}"):
+                detail = json_object(row[2], "detail")
+                if row[1] == "revised" and not isinstance(detail.get("revised"), list):
+                    raise Damaged("a revised candle's detail has no list of revised values")
+
+    def _check_turns(self, decisions: list[tuple], every: int) -> None:
+        """Each decided decision's turns, numbered from 0, the last one ending it; a skipped decision has none."""
+        decided = {row[0]: row for row in decisions if row[4] == DECIDED}
+        counts = dict(self.rows("SELECT decision_ts, COUNT(*) FROM turns GROUP BY decision_ts"))
+        query = "SELECT decision_ts, turn, text, info FROM turns ORDER BY decision_ts, turn"
+        for ts, turn, said, info in self.rows(query):
+            with row_of(self.path, "turns", f"decision_ts={ts}, turn={turn}"):
+                decision = decided.get(ts)
+                if decision is None:
+                    raise Damaged("no decided decision has this decision_ts")
+                if turn not in range(counts[ts]):
+                    raise Damaged(f"turn {turn} of {counts[ts]}: the decision's turns are not numbered from 0")
+                text_value(said, "text")
+                check_info(json_object(info, "info"), position=decision[1], every=every, step=decision[3],
+                           last=turn == counts[ts] - 1)
+        for ts in decided.keys() - counts.keys():
+            with row_of(self.path, "decisions", f"ts={ts}"):
+                raise Damaged("the decision has no turns")
+
+    def _check_marks(self, decisions: list[tuple], stamps: list[int], every: int) -> None:
+        """One equity mark per bar, from the first decision's bar to the end of the last one's bars (earlier if the
+        account was ruined), each of the episode of the decision whose bars hold it."""
+        marks = self.rows("SELECT ts, position, episode, window_equity, equity FROM equity ORDER BY ts")
+        first = decisions[0][1] if decisions else None
+        holders = {row[1]: row for row in decisions}
+        for number, row in enumerate(marks):
+            with row_of(self.path, "equity", f"ts={row[0]}"):
+                if first is None:
+                    raise Damaged("there is no settled decision whose bars it marks")
+                bar = first + number
+                holder = None if number == 0 else holders.get(first + (number - 1) // every * every)
+                if number and holder is None:
+                    raise Damaged(f"no settled decision holds its bar {bar}")
+                check_mark(row, candle_ts=stamps, expected_position=bar, holder=holder)
+        end = None if first is None else decisions[-1][1] + every
+        if end is not None and (not marks or (marks[-1][1] != end and marks[-1][4] > 0.0)):
+            last = f"its last mark is at bar {marks[-1][1]}" if marks else "it holds no mark"
+            raise UsageError(f"journal '{self.path}' is damaged: equity: {last}, but the settled decisions' bars end "
+                             f"at bar {end}")
 
     def _check_same_run(self, identity: dict[str, Any], options: dict[str, Any]) -> None:
         """Refuse to continue a journal written by another checkpoint, market or candle source, or options."""
@@ -381,7 +489,9 @@ def _lock(path: Path) -> IO[bytes]:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise UsageError(f"journal '{path}' is in use by another r1trade paper process") from None
+        raise UsageError(
+            f"journal '{path}' is in use by another r1trade paper process (a paper run, or a report reading it)"
+        ) from None
     return handle
 
 
@@ -393,29 +503,116 @@ def _connect(path: Path) -> sqlite3.Connection:
         raise UsageError(f"cannot open journal '{path}': {exc}") from None
 
 
+def _write_ahead(connection: sqlite3.Connection) -> None:
+    """WAL mode, synced on every commit: a commit survives kill -9 and a power cut."""
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA synchronous = FULL")
+
+
+def _open_to_read(path: Path) -> tuple[sqlite3.Connection, IO[bytes] | None]:
+    """A read-only connection to the journal, and the shared lock held while no paper process writes it.
+
+    SQLite reads a WAL journal through a shared-memory file beside it, which it cannot create in a folder this
+    user cannot write. With no writer (the lock is ours) and no write-ahead log left beside the journal, the
+    journal file holds everything and is read alone (`immutable`); otherwise SQLite reads the log too."""
+    try:
+        lock: IO[bytes] | None = path.open("rb")
+    except OSError as exc:
+        raise UsageError(f"cannot open journal '{path}': {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:  # a paper run writes it: read its log through SQLite's shared memory
+        lock.close()  # before SQLite opens the file, whose locks closing a handle would drop
+        lock = None
+    log = path.with_name(path.name + "-wal")
+    alone = lock is not None and (not log.exists() or log.stat().st_size == 0)
+    uri = f"{path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if alone else "")
+    try:
+        connection = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
+        connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError as exc:
+        if lock is not None:
+            lock.close()
+        hint = "" if alone else f" (reading its write-ahead log, {log.name}, needs a folder this user can write)"
+        raise UsageError(f"cannot read journal '{path}': {exc}{hint}") from None
+    except sqlite3.DatabaseError as exc:
+        if lock is not None:
+            lock.close()
+        raise _unreadable(path, exc) from None
+    return connection, lock
+
+
 def _tables(connection: sqlite3.Connection, path: Path) -> bool:
-    """Whether the file holds a journal (False: an empty database); anything else is refused in one line."""
+    """Whether the file holds a journal (False: an empty database); anything else is refused in one line that
+    says what differs."""
     try:
         tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         names = {name for (name,) in tables}
-        if not names:
-            return False
         columns = {name: connection.execute("SELECT * FROM pragma_table_info(?)", (name,)).fetchall()
                    for name in names}
-        metas = dict(connection.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
+    except sqlite3.OperationalError as exc:
+        connection.close()
+        raise UsageError(f"cannot read journal '{path}': {exc}") from None
     except sqlite3.DatabaseError as exc:
         connection.close()
-        raise UsageError(f"journal '{path}' is not a paper journal (not an SQLite database: {exc})") from None
-    ours = set(metas) == set(_META_KEYS) and metas["schema"] == json.dumps(SCHEMA_VERSION)
-    if columns != _expected_columns() or not ours:
+        raise _unreadable(path, exc) from None
+    if not names:
+        return False
+    difference = _schema_difference(columns)
+    if difference is not None:
+        difference = f"its tables differ: {difference}"
+    else:
+        metas = dict(connection.execute("SELECT key, value FROM meta").fetchall())
+        if set(metas) != set(_META_KEYS):
+            difference = f"its meta table holds the keys {', '.join(sorted(map(str, metas)))}"
+        elif metas["schema"] != json.dumps(SCHEMA_VERSION):
+            difference = f"its meta table names schema {_short(metas['schema'])}"
+    if difference is not None:
         connection.close()
         raise UsageError(
-            f"journal '{path}' is not a paper journal of this r1trade (schema {SCHEMA_VERSION}): its tables "
-            "differ"
+            f"journal '{path}' is not a paper journal of this r1trade (schema {SCHEMA_VERSION}): {difference}"
         )
-    connection.execute("PRAGMA journal_mode = WAL")
-    connection.execute("PRAGMA synchronous = FULL")
     return True
+
+
+def _unreadable(path: Path, exc: sqlite3.DatabaseError) -> UsageError:
+    """A file SQLite cannot read: a damaged database (cut short, a page overwritten) or no database at all."""
+    if getattr(exc, "sqlite_errorname", None) == "SQLITE_CORRUPT":
+        return UsageError(f"journal '{path}' is damaged: {exc} (cut short, or a part overwritten)")
+    return UsageError(f"journal '{path}' is not a paper journal (not an SQLite database: {exc})")
+
+
+def _schema_difference(columns: dict[str, list[tuple]]) -> str | None:
+    """What differs between a file's tables (`PRAGMA table_info` of each) and a journal's, or None."""
+    expected = _expected_columns()
+    missing = [name for name in expected if name not in columns]
+    if missing:
+        return f"no table {', '.join(missing)}"
+    foreign = sorted(set(columns) - set(expected))
+    if foreign:
+        return f"tables a journal does not have: {', '.join(foreign)}"
+    for table, wanted in expected.items():
+        held = {column[1]: column for column in columns[table]}
+        for column in wanted:
+            if column[1] not in held:
+                return f"table {table} has no column {column[1]}"
+            if held[column[1]][2:] != column[2:]:
+                return f"table {table}'s column {column[1]} is {_column(held[column[1]])}, not {_column(column)}"
+        extra = [name for name in held if name not in {column[1] for column in wanted}]
+        if extra:
+            return f"table {table} has a column a journal does not have: {', '.join(extra)}"
+        if columns[table] != wanted:
+            return f"table {table}'s columns are in another order"
+    return None
+
+
+def _column(info: tuple) -> str:
+    """A column of `PRAGMA table_info` (cid, name, type, notnull, default, pk) as its declaration reads."""
+    _, _, kind, not_null, default, key = info
+    return " ".join(
+        part for part in (kind or "untyped", "NOT NULL" if not_null else "", f"DEFAULT {default}" if default else "",
+                          "PRIMARY KEY" if key else "") if part
+    )
 
 
 def _expected_columns() -> dict[str, list[tuple]]:
@@ -433,14 +630,15 @@ _META_KEYS = ("schema", "identity", "config", "options", "created_at")
 
 
 def _read_meta(connection: sqlite3.Connection, path: Path) -> dict[str, Any]:
-    """The run's meta; values that are not what `_write_meta` writes make the journal foreign."""
+    """The run's meta; values that are not what `_write_meta` writes make the journal foreign or damaged."""
     try:
         meta = {key: json.loads(value) for key, value in connection.execute("SELECT key, value FROM meta")}
     except (ValueError, TypeError):
         meta = {}
     if not all(isinstance(meta.get(key), dict) for key in ("identity", "config", "options")):
-        connection.close()
         raise UsageError(f"journal '{path}' is not a paper journal of this r1trade: its meta is damaged")
+    with row_of(path, "meta", "identity/options"):
+        check_meta(meta)
     return meta
 
 
@@ -449,8 +647,7 @@ def _write_meta(
 ) -> None:
     """The run's meta (with `create`, the tables too) in one transaction: a crash leaves the file as it
     was."""
-    connection.execute("PRAGMA journal_mode = WAL")
-    connection.execute("PRAGMA synchronous = FULL")
+    _write_ahead(connection)
     connection.execute("BEGIN IMMEDIATE")
     if create:
         for name, spec in SCHEMA.items():

@@ -82,6 +82,12 @@ def _journal_config(journal: Journal) -> Config:
         config = Config.model_validate(journal.meta["config"])
     except ValidationError:
         raise UsageError(f"journal '{journal.path}' holds a config this r1trade cannot read") from None
+    every = journal.meta["identity"]["decision_every"]
+    if config.env.decision_every != every:
+        raise UsageError(
+            f"journal '{journal.path}' is damaged: meta row config: env.decision_every is "
+            f"{config.env.decision_every}, but the run's identity decides every {every} bars"
+        )
     data = config.data.model_copy(update={"source": "file", "path": str(journal.path)})
     return config.model_copy(update={"data": data})
 

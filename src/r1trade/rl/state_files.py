@@ -85,7 +85,11 @@ def _decode(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
         dtype = np.dtype(node["dtype"])
         if dtype.kind not in "biuf":
             raise ValueError(f"array of dtype {dtype} in a checkpoint state")
-        return _decode(node["array"], tensors).numpy().astype(dtype)
+        stored = _decode(node["array"], tensors).numpy()
+        array = stored.astype(dtype)
+        if not np.array_equal(array, stored):  # astype wraps what its dtype cannot hold
+            raise ValueError(f"array values out of range of its dtype {dtype}")
+        return array
     if set(node) == {"tuple"}:
         return tuple(_decode(item, tensors) for item in node["tuple"])
     if set(node) == {"items"}:

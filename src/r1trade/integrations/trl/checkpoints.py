@@ -32,6 +32,7 @@ from r1trade.outputs import replace_folder
 from r1trade.rl.checkpoint import (
     OPTIMIZER_STEM,
     STATE_FILE,
+    check_rng_states,
     checkpoint_dir,
     damaged_if_refused,
     latest_checkpoint,
@@ -118,7 +119,9 @@ def read_training_states(path: Path) -> TrainingStates:
     saved = load_state(path, OPTIMIZER_STEM)
     with damaged_if_refused(path / OPTIMIZER_STEM):
         optimizer, scheduler = saved["optimizer"], saved["scheduler"]
-    return TrainingStates(path, update, optimizer, scheduler, load_state(path, RNG_STEM))
+    rng = load_state(path, RNG_STEM)
+    check_rng_states(rng, path / RNG_STEM)  # refused now, before TRL starts training
+    return TrainingStates(path, update, optimizer, scheduler, rng)
 
 
 def _finished_updates(path: Path) -> int:
