@@ -564,6 +564,16 @@ def test_a_checkpoint_is_refused_candles_of_another_bar_length(tmp_path: Path, h
     assert_one_line_error(cli(*args[:3], "--data", hourly, *args[5:]), 2, "incomplete checkpoint")
 
 
+def test_paper_replay_is_refused_candles_of_another_bar_length(tmp_path: Path, hourly_checkpoint: Path):
+    """The same check before a paper run opens its journal: nothing is written."""
+    four_hours = save_candles(make_synthetic_candles(2000, freq="4h"), tmp_path / "btc_4h.parquet")
+    journal = tmp_path / "paper.sqlite"
+    args = ["paper", "--checkpoint", hourly_checkpoint, "--journal", journal, "--replay", four_hours]
+    assert_one_line_error(cli(*args), 2, f"'{hourly_checkpoint}' was trained on 1h candles and '{four_hours}' "
+                          "holds 4h candles", "--allow-timeframe-change")
+    assert not journal.exists()
+
+
 def test_the_bar_length_of_a_config_s_candles(tmp_path: Path):
     from r1trade.config import load_config
     from r1trade.data.source import candle_timeframe

@@ -965,18 +965,30 @@ def paper(
     poll_seconds: Annotated[
         float, typer.Option(help="with --exchange: seconds between polls while a candle is late (1 to 3600)")
     ] = 10.0,
+    allow_timeframe_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-timeframe-change",
+            help="trade candles of another bar length than the checkpoint trained on (refused without it)",
+        ),
+    ] = False,
 ) -> None:
     """Paper (dry-run) trading: the agent trades newly closed candles with simulated fills, into a journal.
 
     No real order is ever sent: no API key is read and no order endpoint is called. The env fills orders as in
     a backtest (next open, fees, slippage); a restart with the same journal resumes where the run stopped."""
+    from r1trade.data.source import checkpoint_timeframes, refuse_timeframe_change
     from r1trade.paper.feed import open_feed
     from r1trade.paper.runner import paper_trade
     from r1trade.paper.view import LiveView
 
+    trained = set() if allow_timeframe_change else checkpoint_timeframes(checkpoint)
+
     def feed_factory(on_retry):  # on_retry: Callable[[str], None]
-        return open_feed(exchange=exchange, symbol=symbol, timeframe=timeframe, replay=replay, speed=speed,
+        feed = open_feed(exchange=exchange, symbol=symbol, timeframe=timeframe, replay=replay, speed=speed,
                          poll_seconds=poll_seconds, on_retry=on_retry)
+        refuse_timeframe_change(checkpoint, trained, feed.timeframe, f"'{replay}'" if replay else feed.source)
+        return feed
 
     with LiveView(console) as view:
         outcome = paper_trade(checkpoint, journal, feed_factory=feed_factory, max_decisions=max_decisions,
