@@ -75,14 +75,14 @@ def test_never_uses_a_future_bar() -> None:
 
 
 def test_registered_with_overridable_parameters() -> None:
-    defaults = {"target": 0.5, "lookback": 168, "max_leverage": 1.0, "band": 0.1}
+    defaults = {"target": 0.5, "lookback": 168, "max_leverage": 1.0, "band": 0.1, "sizes": None}
     assert STRATEGIES["vol_target"].defaults == defaults
     candles = daily([A, -A, -A, A, A])
     assert make_targets("vol_target", candles, target=0.4, lookback=2, band=0.0).tolist() == pytest.approx(
         [0.0, 0.0, 0.5, 1.0, 0.5, 1.0]
     )
     with pytest.raises(ValueError, match="max_leverage"):
-        vol_target(candles, max_leverage=2.0)
+        vol_target(candles, max_leverage=0.0)
 
 
 def test_backtest_params_reach_it_and_bad_ones_are_one_line(capsys, tmp_path) -> None:

@@ -1,8 +1,9 @@
 """Vectorized backtest of a target-position series, with the trading environment's fill rules.
 
 Semantics (shared with the trading environment):
-- `target[t]` in [-1, 1] is the position as a fraction of equity, decided at the close of bar t from bars
-  0..t. Negative is short. The position before bar 0 is flat (target 0).
+- `target[t]` in [-m, m] is the position as a fraction of equity, decided at the close of bar t from bars
+  0..t, with m = `max_exposure` (1 by default; above 1 the position is held on margin, cash going negative,
+  with no interest charged). Negative is short. The position before bar 0 is flat (target 0).
 - An order is sent only when the target changes (no drift rebalancing). It fills at the open of bar t + 1;
   a decision on the last bar never fills.
 - Fill price p = open * (1 + s) for a buy and open * (1 - s) for a sell, s = slippage_bps / 1e4. The side is
@@ -124,9 +125,11 @@ def run_vectorized(
     fee_bps: float,
     slippage_bps: float,
     allow_short: bool = True,
+    max_exposure: float = 1.0,
 ) -> BacktestResult:
-    """Backtest `target` (fraction of equity per bar, on the candles' index) under the module's fill rules."""
-    targets = _validated_targets(candles, target, allow_short=allow_short)
+    """Backtest `target` (fraction of equity per bar, on the candles' index) under the module's fill rules;
+    |target| may reach `max_exposure`."""
+    targets = _validated_targets(candles, target, allow_short=allow_short, max_exposure=max_exposure)
     if initial_cash <= 0 or fee_bps < 0 or slippage_bps < 0:
         raise ValueError("initial_cash must be > 0, fee_bps and slippage_bps >= 0")
     opens = candles["open"].to_numpy(dtype=float)
@@ -154,7 +157,9 @@ def run_vectorized(
     )
 
 
-def _validated_targets(candles: pd.DataFrame, target: pd.Series, *, allow_short: bool) -> np.ndarray:
+def _validated_targets(
+    candles: pd.DataFrame, target: pd.Series, *, allow_short: bool, max_exposure: float = 1.0
+) -> np.ndarray:
     """The target as a float array, after checking it matches the candles and the position limits."""
     missing = [c for c in CANDLE_COLUMNS if c not in candles.columns]
     if missing or len(candles) == 0:
@@ -164,9 +169,9 @@ def _validated_targets(candles: pd.DataFrame, target: pd.Series, *, allow_short:
     values = target.to_numpy(dtype=float)
     if not np.isfinite(values).all():
         raise ValueError("target contains NaN or inf; fill warm-up bars with 0 (flat)")
-    lower = -1.0 if allow_short else 0.0
-    if values.min() < lower or values.max() > 1.0:
-        raise ValueError(f"target must lie in [{lower:g}, 1]")
+    lower = -max_exposure if allow_short else 0.0
+    if values.min() < lower or values.max() > max_exposure:
+        raise ValueError(f"target must lie in [{lower:g}, {max_exposure:g}]")
     return values
 
 

@@ -292,22 +292,29 @@ def model_run(
         decision_moves=moves,
         actions=actions,
     )
+    taken = np.searchsorted(context.decision_bars, decision_bars)
     hits = np.zeros(len(context.decision_bars))  # decisions never taken (after ruin) hold nothing: wrong
-    hits[np.searchsorted(context.decision_bars, decision_bars)] = decision_hits(decision_positions, moves)
+    hits[taken] = decision_hits(decision_positions, moves)
+    exposures = None
+    if context.config.env.mandate == "vol_target":
+        exposures = np.zeros(len(context.decision_bars))  # after ruin: cash
+        exposures[taken] = np.concatenate([d.sizes for d in decisions])
     return StrategyRun(
         name=name, equity=equity, trades=all_trades, metrics=metrics, extra=turn_stats(infos), note=note,
-        hits=hits, actions=tuple(actions),
+        hits=hits, actions=tuple(actions), exposures=exposures,
     )
 
 
 @dataclass(frozen=True)
 class _Decisions:
     """One window's decisions: bars (positions among the evaluated bars), the position held after each
-    decision's fill, and its trade action (`TRADE_ACTION`)."""
+    decision's fill, its trade action (`TRADE_ACTION`) and the size (target fraction of equity) it held, which
+    a hold keeps (read under the volatility-target mandate, whose orders set no stop that could close it)."""
 
     bars: np.ndarray
     positions: np.ndarray
     actions: list[str]
+    sizes: np.ndarray
 
 
 def _decisions(play: WindowPlay, context: ReportContext) -> _Decisions:
@@ -316,15 +323,18 @@ def _decisions(play: WindowPlay, context: ReportContext) -> _Decisions:
     have closed); stop or take-profit exits later in the interval do not change what the decision is scored
     on."""
     every = context.config.env.decision_every
-    bars, positions, actions, units = [], [], [], 0.0
+    bars, positions, actions, sizes, units, size = [], [], [], [], 0.0, 0.0
     for _, info in play.turns:
         units += sum(fill["units"] for fill in info["fills"] if fill["reason"] == "order")
         if info["decision_done"]:
             bars.append(play.start + info["decision_index"] * every - context.first_bar)
             positions.append(units)
             actions.append(TRADE_ACTION[_action_kind(info)])
+            size = size if info["order"]["target"] is None else info["order"]["target"]  # a hold keeps it
+            sizes.append(size)
         units += sum(fill["units"] for fill in info["fills"] if fill["reason"] != "order")
-    return _Decisions(np.array(bars, dtype=np.int64), np.array(positions, dtype=float), actions)
+    return _Decisions(np.array(bars, dtype=np.int64), np.array(positions, dtype=float), actions,
+                      np.array(sizes, dtype=float))
 
 
 @dataclass(frozen=True)

@@ -62,9 +62,16 @@ HIGHER_IS_BETTER = frozenset({
     "Equity Final", "Return [%]", "CAGR [%]", "Sharpe Ratio", "Sortino Ratio", "Calmar Ratio",
     "Max. Drawdown [%]", "Win Rate [%]", "Profit Factor", "Valid Tool Calls [%]", "Direction Accuracy [%]",
 })
-LOWER_IS_BETTER = frozenset({"Volatility (Ann.) [%]", "Max. Drawdown Duration [bars]", "Malformed Turns [%]"})
+MANDATE_PENALTY, REALISED_VOLATILITY, TARGET_VOLATILITY = MANDATE_ROWS = (
+    "Mandate Penalty", "Realised Volatility [%]", "Target Volatility [%]"
+)
+"""The volatility-target mandate's rows (`r1trade.backtest.mandate`), shown only under that mandate."""
+LOWER_IS_BETTER = frozenset({
+    "Volatility (Ann.) [%]", "Max. Drawdown Duration [bars]", "Malformed Turns [%]", MANDATE_PENALTY,
+})
 """Rows where one value is plainly best; exposure, trade count, fees, turnover, the action mix and its entropy
-describe but do not rank."""
+describe but do not rank, nor does a mandate's realised volatility (its closeness to the target is the
+penalty)."""
 
 MAX_HTML_TRADES = 500
 """Trades listed per strategy in the HTML page; trades.csv always has them all."""
@@ -94,6 +101,8 @@ class StrategyRun:
     (`difference`) and the `verdict` on the `verdict_on` metric; deflated_sharpe, psr, min_track_record: see
     `significance`; superiority: for a benchmark run, the SPA and StepM tests of the other runs against it.
     checkpoint: the checkpoint a trained agent's policy came from (in a walk-forward, each fold's own).
+    exposures: under a volatility-target mandate, the long size held after each scored decision, (D,), or
+    (seeds, D) for a run averaged over seeds (`r1trade.backtest.mandate`).
     """
 
     name: str
@@ -111,6 +120,7 @@ class StrategyRun:
     min_track_record: MinTrackRecord | None = None
     superiority: SuperiorityTest | None = None
     checkpoint: Path | None = None
+    exposures: np.ndarray | None = None
 
     @property
     def rows(self) -> dict[str, Any]:
@@ -231,6 +241,25 @@ class ReportContext:
         )
 
     @property
+    def mandate_note(self) -> str:
+        """What the volatility-target mandate's rows measure ("" without the mandate)."""
+        config = self.config
+        if config.env.mandate != "vol_target":
+            return ""
+        every, target = config.env.decision_every, 100 * config.rewards.vol_target
+        sizes = ", ".join(f"{size:g}" for size in config.env.exposures)
+        return (
+            f"Volatility-target mandate (target {target:g} % a year, sizes {sizes}): every strategy decides "
+            f"at the decision bars only and holds its size w for the {every} bars that follow; σ is the "
+            "market's realised volatility over those bars (std of log-returns, annualised over a 365-day "
+            f"year). Mandate Penalty is the mean of ((w σ − {target:g} %) / {target:g} %)² over the "
+            "decisions, the agent's reward with its sign turned (cash: 1, lower is better); Realised "
+            "Volatility [%] is the root mean square of w σ against Target Volatility [%]. best_constant holds "
+            "the size with the lowest mean penalty on the train split; the Mandate Penalty − best_constant "
+            "interval pairs the two on the same resampled decisions."
+        )
+
+    @property
     def quote_currency(self) -> str:
         """The currency money is counted in: the part of the symbol after '/' (BTC/USD → USD)."""
         symbol = str(self.candles.attrs.get("symbol", ""))
@@ -255,6 +284,7 @@ def write_report(
     png = equity_png(runs, context)
     notes = [context.annualisation_note] if context.too_short_to_annualise else []
     notes += [*verdict_lines(runs), *([uncertainty_note(runs, context)] if _has_intervals(runs) else [])]
+    notes += [context.mandate_note] if context.mandate_note else []
     markdown = markdown_table(runs, note="\n\n".join(notes) or None) + verdicts_markdown(runs, context)
     for fold in folds:
         markdown += f"\n## Fold {fold.number}: {_period(fold.context.candles)}\n\n" + markdown_table(
@@ -470,6 +500,13 @@ def metrics_document(
             "resamples": config.backtest.bootstrap_resamples,
             "seed": config.seed,
             "note": uncertainty_note(runs, context),
+        }
+    if context.mandate_note:
+        document["mandate"] = {
+            "kind": "vol_target",
+            "target_vol": config.rewards.vol_target,
+            "exposures": list(config.env.exposures),
+            "note": context.mandate_note,
         }
     if any(run.psr is not None for run in runs):
         document["verdicts"] = verdicts_document(runs, context)
@@ -688,7 +725,7 @@ def comparison_tables(runs: list[StrategyRun], *, title: str, width: int | None 
 
 
 FOLD_ROWS = ("Return [%]", "Sharpe Ratio", "Max. Drawdown [%]", "Direction Accuracy [%]")
-"""The metrics `fold_tables` show for each fold, beside the intervals and verdicts."""
+"""The metrics `fold_tables` show for each fold, beside the intervals and verdicts (and a mandate's rows)."""
 
 
 def fold_tables(folds: Sequence[FoldReport], *, width: int | None = None) -> list[Table]:
@@ -696,8 +733,10 @@ def fold_tables(folds: Sequence[FoldReport], *, width: int | None = None) -> lis
     verdicts (`comparison_tables`, so they fit `width` too)."""
     tables = []
     for fold in folds:
+        shown = (*FOLD_ROWS, *MANDATE_ROWS)
         runs = [
-            replace(run, metrics={row: run.metrics[row] for row in FOLD_ROWS}, extra={}, deflated_sharpe=None)
+            replace(run, metrics={row: run.metrics[row] for row in shown if row in run.metrics}, extra={},
+                    deflated_sharpe=None)
             for run in fold.runs
         ]
         title = f"Fold {fold.number} · {_period(fold.context.candles)} · {len(fold.context.candles):,} bars"
@@ -832,6 +871,8 @@ def render_html(
         *([f'<p class="note"><b>Walk-forward</b>: {_e(POOLED_NOTE)}</p>'] if folds else []),
         f'<p class="note"><b>Annualisation</b>: {_e(context.annualisation_note)}</p>',
         f'<p class="note"><b>Decisions</b>: {_e(context.decision_note)}</p>',
+        *([f'<p class="note"><b>Mandate</b>: {_e(context.mandate_note)}</p>']
+          if context.mandate_note else []),
         *(f'<p class="note"><b>{_e(run.name)}</b>: {_e(run.note)}</p>' for run in runs if run.note),
         *_verdicts_section(runs, context),
         *(_fold_section(fold) for fold in folds),

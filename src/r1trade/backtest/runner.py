@@ -41,10 +41,17 @@ from r1trade.backtest.fold_agents import (
     is_walk_forward_run,
     load_walk_forward_run,
 )
+from r1trade.backtest.mandate import decided_at, decision_sigmas, is_mandate, with_mandate
 from r1trade.backtest.metrics import SECONDS_PER_YEAR, decision_hits, held_moves
 from r1trade.backtest.model_runs import WindowPlan, context_plan, run_model
 from r1trade.backtest.report import FoldReport, ReportContext, StrategyRun, write_report
-from r1trade.backtest.strategies import ALL_STRATEGIES, PLANTED_EDGE_STRATEGIES, make_targets
+from r1trade.backtest.strategies import (
+    ALL_STRATEGIES,
+    MANDATE_STRATEGIES,
+    PLANTED_EDGE_STRATEGIES,
+    best_constant_exposure,
+    make_targets,
+)
 from r1trade.backtest.uncertainty import run_sample, with_uncertainty
 from r1trade.backtest.verdicts import Trials, count_trials
 from r1trade.backtest.walk_forward import SPANS, fold_contexts, pooled_run
@@ -58,7 +65,7 @@ from r1trade.outputs import check_report_folder
 if TYPE_CHECKING:
     from r1trade.models.agent_models import AgentModels
 
-SEEDED_STRATEGIES = frozenset({"random"})
+SEEDED_STRATEGIES = frozenset({"random", "random_sizes"})
 """Baselines whose targets depend on a seed; they are averaged over `backtest.random_seeds` seeds."""
 
 
@@ -124,7 +131,10 @@ def run_backtest(
     counted = count_trials(config, models=len(players), given=trials)
     if (strategy in PLANTED_EDGE_STRATEGIES or players) and "buy_and_hold" not in names:
         names.append("buy_and_hold")
-    check_strategy_names(names, params=config.backtest.params, planted_edge=config.data.source == "synthetic")
+    check_strategy_names(
+        names, params=config.backtest.params, planted_edge=config.data.source == "synthetic",
+        mandate=is_mandate(config),
+    )
     if not names:
         raise ConfigError(
             "nothing to backtest: backtest.strategies is empty and neither --checkpoint nor --baseline "
@@ -152,6 +162,8 @@ def run_backtest(
         runs = with_uncertainty(
             runs, samples, fold, models=model_names, trials=counted.count, trials_source=counted.source
         )
+        if is_mandate(config):
+            runs = with_mandate(runs, decision_sigmas(fold), fold)
         folds.append(FoldReport(number, fold, runs))
     if walk_forward is None:
         context, runs = folds[0].context, folds[0].runs
@@ -308,12 +320,18 @@ def _pooled(
     pooled = with_uncertainty(
         runs, samples, context, models=model_names, trials=trials.count, trials_source=trials.source
     )
+    if is_mandate(context.config):
+        pooled = with_mandate(pooled, np.concatenate([decision_sigmas(fold) for fold in contexts]), context)
     return pooled, context
 
 
-def check_strategy_names(names: list[str], *, params: dict[str, dict[str, Any]], planted_edge: bool) -> None:
-    """Refuse unknown baselines (in the request or in `backtest.params`), listing the valid names, and the
-    planted-edge baselines (the oracle) unless the data is generated with a planted edge (`planted_edge`)."""
+def check_strategy_names(
+    names: list[str], *, params: dict[str, dict[str, Any]], planted_edge: bool, mandate: bool = False
+) -> None:
+    """Refuse unknown baselines (in the request or in `backtest.params`), listing the valid names, the
+    planted-edge baselines (the oracle) unless the data is generated with a planted edge (`planted_edge`), and
+    the mandate's (best_constant, whose size the backtest chooses) unless the env holds the volatility-target
+    mandate (`mandate`)."""
     valid = ", ".join(ALL_STRATEGIES)
     for name in names:
         if name not in ALL_STRATEGIES:
@@ -323,9 +341,16 @@ def check_strategy_names(names: list[str], *, params: dict[str, dict[str, Any]],
                 f"strategy '{name}' is the rule planted in synthetic data and needs data.source: synthetic "
                 "(e.g. --config planted_edge); it does not exist for real candles"
             )
+        if name in MANDATE_STRATEGIES and not mandate:
+            raise UsageError(
+                f"strategy '{name}' is chosen for the volatility-target mandate and needs env.mandate: "
+                "vol_target (e.g. --config btc_voltarget)"
+            )
     for name in params:
         if name not in ALL_STRATEGIES:
             raise ConfigError(f"backtest.params has unknown strategy '{name}': use one of {valid}")
+        if name in MANDATE_STRATEGIES:
+            raise ConfigError(f"backtest.params.{name}: its size is chosen on the train split, not set")
 
 
 def load_context(config: Config, *, span: str = "split") -> ReportContext:
@@ -346,17 +371,63 @@ def load_context(config: Config, *, span: str = "split") -> ReportContext:
 
 
 def run_baseline(name: str, context: ReportContext) -> StrategyRun:
-    """Backtest the registered baseline `name` with its `backtest.params`; seeded baselines average seeds."""
-    params = context.config.backtest.params.get(name, {})
+    """Backtest the registered baseline `name` with its `backtest.params`; seeded baselines average seeds.
+
+    Under the volatility-target mandate, every baseline decides at the decision bars only (`decided_at`) and
+    records the size it holds after each; vol_target and random_sizes default to the mandate's target and
+    sizes, and best_constant holds the size chosen on the train split (`mandate_params`)."""
+    params, note = context.config.backtest.params.get(name, {}), ""
+    if is_mandate(context.config):
+        defaults, note = mandate_params(name, context)
+        params = {**defaults, **params}
     if name not in SEEDED_STRATEGIES:
         result = _simulate(name, params, context)
         metrics = _metrics(result, context)
         hits = _hits(result, context)
-        return StrategyRun(name=name, equity=result.equity, trades=result.trades, metrics=metrics, hits=hits)
+        return StrategyRun(name=name, equity=result.equity, trades=result.trades, metrics=metrics, hits=hits,
+                           note=note, exposures=_exposures([result], context))
     first = context.config.seed
     seeds = range(first, first + context.config.backtest.random_seeds)
     results = {seed: _simulate(name, {**params, "seed": seed}, context) for seed in seeds}
     return _average_over_seeds(name, results, context)
+
+
+def mandate_params(name: str, context: ReportContext) -> tuple[dict[str, Any], str]:
+    """A baseline's parameters under the volatility-target mandate (before `backtest.params`), and a note on
+    them: vol_target sizes for `rewards.vol_target` from `env.exposures` (traded at every change, its cap the
+    largest size), random_sizes draws from those sizes, and best_constant holds the size whose mean miss was
+    lowest on the train split, deciding every `env.decision_every` bars from `env.warmup_bars` as in
+    training."""
+    config = context.config
+    sizes, target = list(config.env.exposures), config.rewards.vol_target
+    if name == "vol_target":
+        return {"target": target, "sizes": sizes, "max_leverage": max(sizes), "band": 0.0}, ""
+    if name == "random_sizes":
+        return {"sizes": sizes}, ""
+    if name not in MANDATE_STRATEGIES:
+        return {}, ""
+    train, env = context.splits.train, config.env
+    try:
+        size, misses = best_constant_exposure(
+            train, sizes=sizes, target_vol=target, every=env.decision_every, first=env.warmup_bars
+        )
+    except ValueError as exc:
+        raise DataError(f"best_constant: the train split ({len(train)} bars) is too short: {exc}") from exc
+    shown = ", ".join(f"{level:g}: {miss:.3f}" for level, miss in misses.items())
+    note = (
+        f"holds {size:g} of equity, the size with the lowest mean mandate penalty on the train split "
+        f"({train.index[0]:%Y-%m-%d} to {train.index[-1]:%Y-%m-%d}; {shown})"
+    )
+    return {"size": size}, note
+
+
+def _exposures(results: Sequence[BacktestResult], context: ReportContext) -> np.ndarray | None:
+    """Under the mandate, each result's size at the decision bars: (D,) for one result, (seeds, D) for
+    several."""
+    if not is_mandate(context.config):
+        return None
+    sizes = np.stack([result.target.to_numpy()[context.decision_bars] for result in results])  # (S, D)
+    return sizes[0] if len(results) == 1 else sizes
 
 
 def protocol_note(plan: WindowPlan, context: ReportContext) -> str:
@@ -401,11 +472,17 @@ def _simulate(name: str, params: dict[str, Any], context: ReportContext) -> Back
     Trading starts flat at the first evaluated bar; targets there may use earlier bars (indicator history).
     """
     env = context.config.env
+    limit = max(1.0, env.max_position_frac)  # the largest position the backtest holds (above 1: on margin)
     try:
-        target = make_targets(name, context.split_candles, **params)
+        if params.get("max_leverage", 0.0) > limit:
+            raise ValueError(f"max_leverage {params['max_leverage']:g} is above the largest position held "
+                             f"here, {limit:g} (env.max_position_frac)")
+        target = make_targets(name, context.split_candles, **params).iloc[context.bars]
+        if is_mandate(context.config):
+            target = decided_at(target, context.decision_bars)
         return run_vectorized(
-            context.candles, target.iloc[context.bars], initial_cash=env.initial_cash, fee_bps=env.fee_bps,
-            slippage_bps=env.slippage_bps, allow_short=env.allow_short,
+            context.candles, target, initial_cash=env.initial_cash, fee_bps=env.fee_bps,
+            slippage_bps=env.slippage_bps, allow_short=env.allow_short, max_exposure=limit,
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"baseline {name} with parameters {params}: {exc}") from exc
@@ -454,6 +531,7 @@ def _average_over_seeds(name: str, results: dict[int, BacktestResult], context: 
             "the mean of the seeds' curves"
         ),
         hits=np.mean([_hits(result, context) for result in results.values()], axis=0),
+        exposures=_exposures(list(results.values()), context),
     )
 
 

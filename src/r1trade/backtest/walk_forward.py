@@ -76,6 +76,10 @@ def pooled_run(runs: Sequence[StrategyRun], contexts: Sequence[ReportContext]) -
     count = np.array([run.metrics["# Trades"] for run in runs], dtype=float)
     wins = np.array([run.metrics["Win Rate [%]"] for run in runs], dtype=float)
     hits = np.concatenate([run.hits for run in runs]) if all(run.hits is not None for run in runs) else None
+    exposures = (  # a mandate's sizes per decision, folds in order (the last axis: decisions)
+        np.concatenate([run.exposures for run in runs], axis=-1)
+        if all(run.exposures is not None for run in runs) else None
+    )
     actions = tuple(action for run in runs for action in run.actions)
     metrics.update({
         "Exposure Time [%]": float(np.dot([r.metrics["Exposure Time [%]"] for r in runs], bars) / bars.sum()),
@@ -97,6 +101,7 @@ def pooled_run(runs: Sequence[StrategyRun], contexts: Sequence[ReportContext]) -
         note=f"pooled over {len(runs)} walk-forward folds (see each fold's notes)",
         hits=hits,
         actions=actions,
+        exposures=exposures,
     )
 
 

@@ -51,7 +51,9 @@ def malformed_policy(env: TradingEnv, rng: np.random.Generator) -> str:
 
 
 def momentum_policy(env: TradingEnv, rng: np.random.Generator) -> str:
-    """First call: read the indicators. Then follow the trend of the last 6 decisions' bars, stop-loss 3 %."""
+    """First call: read the indicators. Then follow the trend of the last 6 decisions' bars with half the
+    equity, stop-loss 3 % (under the volatility-target mandate, its size nearest to a half and no stop, as its
+    orders take)."""
     if env.calls_made == 0:
         return 'Indicators first.\n<tool_call>{"name": "get_indicators", "arguments": {}}</tool_call>'
     span = 6 * env.env_config.decision_every
@@ -60,7 +62,12 @@ def momentum_policy(env: TradingEnv, rng: np.random.Generator) -> str:
         call = {"name": "close_position", "arguments": {"view": "neutral"}}
     else:
         side, view = ("long", "bullish") if change > 0 else ("short", "bearish")
-        call = {"name": "place_order", "arguments": {"side": side, "size": 0.5, "stop_loss": 3, "view": view}}
+        offered = env.registry["place_order"].parameters["properties"]
+        size = min(offered["size"].get("enum", [0.5]), key=lambda size: abs(size - 0.5))
+        arguments = {"side": side, "size": size, "stop_loss": 3, "view": view}
+        if "stop_loss" not in offered:
+            del arguments["stop_loss"]
+        call = {"name": "place_order", "arguments": arguments}
     return f"The last {span} bars moved {change:+.2f}%.\n<tool_call>{json.dumps(call)}</tool_call>"
 
 

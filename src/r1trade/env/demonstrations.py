@@ -79,15 +79,33 @@ def random_turn(
     """A uniformly random trade action after a line that restates the changes the agent has seen, and nothing else.
 
     The action is drawn from `choices` (long, short when allowed, hold and close by default); an order's size, stop
-    and take-profit are drawn too, unless `plain` (the largest allowed size, no stop, no take-profit). The reasoning
-    names no cause: it restates the changes the observation showed (`env.observation: full`), or one line of what
-    each information tool `looked` at this decision returned (`restated_result`; nothing with `restate` none, so
-    every trade turn is as short whatever was looked at), then `Action: <action>.`; the
+    and take-profit are drawn too, unless `plain` (the largest allowed size, no stop, no take-profit); under
+    the volatility-target mandate the draw is over its sizes (`_mandate_action`; `plain` does not apply). The
+    reasoning names no cause: it restates the changes the observation showed (`env.observation: full`), or one
+    line of what each information tool `looked` at this decision returned (`restated_result`; nothing with
+    `restate` none, so every trade turn is as short whatever was looked at), then `Action: <action>.`; the
     token after `Action:` is the one that picks the trade, and the call carries it out.
     """
     actions = [a for a in choices if a != "short" or env.env_config.allow_short]
     if not actions:
         raise ConfigError("warmstart.actions leaves nothing to do: add long, hold or close (shorts are not allowed)")
+    if env.env_config.mandate == "vol_target":
+        action, call = _mandate_action(env, rng, actions)
+    else:
+        action, call = _trade_action(env, rng, actions, plain=plain)
+    if env.env_config.observation == "full":
+        facts = [observed_changes(env)]
+    else:  # each tool's answer restated alike (or none), so no tool's turn is longer to write than another's
+        facts = [restated_result(env, name) for name in looked] if restate == "all" else []
+    reasoning = "".join(f"{fact.rstrip('.')}. " for fact in facts) + f"{ACTION_PROMPT} {action}."
+    return f"{reasoning}\n<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def _trade_action(
+    env: TradingEnv, rng: np.random.Generator, actions: Sequence[str], *, plain: bool
+) -> tuple[str, dict]:
+    """A uniformly drawn action of `actions` and its call; an order's size, stop and take-profit drawn too
+    unless `plain`."""
     action = actions[int(rng.integers(len(actions)))]
     if action in ("long", "short"):
         if plain:
@@ -101,15 +119,27 @@ def random_turn(
         if take is not None:
             arguments["take_profit"] = take
         arguments["view"] = "bullish" if action == "long" else "bearish"
-        call = {"name": "place_order", "arguments": arguments}
-    else:
-        call = _simple("hold" if action == "hold" else "close_position")
-    if env.env_config.observation == "full":
-        facts = [observed_changes(env)]
-    else:  # each tool's answer restated alike (or none), so no tool's turn is longer to write than another's
-        facts = [restated_result(env, name) for name in looked] if restate == "all" else []
-    reasoning = "".join(f"{fact}. " for fact in facts) + f"{ACTION_PROMPT} {action}."
-    return f"{reasoning}\n<tool_call>{json.dumps(call)}</tool_call>"
+        return action, {"name": "place_order", "arguments": arguments}
+    return action, _simple("hold" if action == "hold" else "close_position")
+
+
+def _mandate_action(env: TradingEnv, rng: np.random.Generator, actions: Sequence[str]) -> tuple[str, dict]:
+    """Under the volatility-target mandate, a uniform draw over the sizes of `env.exposures` (long for each
+    size above 0, close for 0, each as one choice) and hold, as far as `actions` allows them: `long 0.75` and
+    its order, with no stop; every size is as likely, so the warm start keeps the entropy over sizes."""
+    options: list[tuple[str, float | None]] = []
+    for size in sorted(env.env_config.exposures):
+        if size > 0 and "long" in actions:
+            options.append((f"long {size:g}", size))
+        elif size == 0 and "close" in actions:
+            options.append(("close", None))
+    options += [("hold", None)] if "hold" in actions else []
+    if not options:
+        raise ConfigError("warmstart.actions leaves the mandate nothing to do: add long, close or hold")
+    action, size = options[int(rng.integers(len(options)))]
+    if size is None:
+        return action, _simple("hold" if action == "hold" else "close_position")
+    return action, {"name": "place_order", "arguments": {"side": "long", "size": size, "view": "neutral"}}
 
 
 def information_arguments(env: TradingEnv, name: str) -> dict:

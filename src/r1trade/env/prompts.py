@@ -34,7 +34,9 @@ def render_signature(name: str, parameters: dict[str, Any]) -> str:
 
 def _render_type(schema: dict[str, Any]) -> str:
     if "enum" in schema:
-        return "|".join(str(option) for option in schema["enum"])
+        return "|".join(
+            f"{option:g}" if isinstance(option, float) else str(option) for option in schema["enum"]
+        )
     if schema.get("type") == "array":
         items = schema.get("items", {})
         return f"list of {', '.join(items['enum'])}" if "enum" in items else f"list of {_render_type(items)}"
@@ -44,27 +46,41 @@ def _render_type(schema: dict[str, Any]) -> str:
     return f"{schema.get('type', 'any')}{bounds}"
 
 
-def render_system_prompt(registry: ToolRegistry, *, config: EnvConfig, symbol: str, timeframe: str) -> str:
-    """The rules, the exact call format with an example, and every tool's signature and purpose."""
+def render_system_prompt(
+    registry: ToolRegistry, *, config: EnvConfig, symbol: str, timeframe: str, target_vol: float
+) -> str:
+    """The rules, the exact call format with an example, and every tool's signature and purpose.
+
+    Under the volatility-target mandate (`env.mandate`), the sizing rules and the reward are the mandate's
+    (`mandate_rule`, `target_vol` its annualised target), and the example names one of its sizes."""
     if config.prompt == "compact":
-        return render_compact_system_prompt(registry, config=config, symbol=symbol, timeframe=timeframe)
+        return render_compact_system_prompt(
+            registry, config=config, symbol=symbol, timeframe=timeframe, target_vol=target_vol
+        )
     short = "shorting is allowed" if config.allow_short else "shorting is disabled"
     tools = "\n".join(
         f"- {render_signature(tool.name, tool.parameters)}: {tool.description}" for tool in registry
     )
-    example = json.dumps(
-        {"name": "place_order", "arguments": {"side": "long", "size": 0.5, "stop_loss": 2, "view": "bullish"}}
-    )
+    if config.mandate == "vol_target":
+        rules = mandate_rule(config, target_vol=target_vol)
+        reward, reasoning = "", "Size for the volatility target."
+        arguments: dict[str, Any] = {"side": "long", "size": _middle_size(config), "view": "neutral"}
+    else:
+        rules = (
+            f"size = fraction of equity to hold (max {config.max_position_frac:g}); {short}. stop_loss and "
+            "take_profit = % distance from entry."
+        )
+        reward, reasoning = " Your reward follows your equity.", "Price is above SMA20 and RSI is rising."
+        arguments = {"side": "long", "size": 0.5, "stop_loss": 2, "view": "bullish"}
+    example = json.dumps({"name": "place_order", "arguments": arguments})
     return (
         f"You trade {symbol} on {timeframe} bars. Each decision comes after a bar closes: call info tools if "
         f"useful, then end the decision with {TRADE_TOOLS}; the market then moves {config.decision_every} "
-        f"bar(s). Orders fill at the next open with slippage and a {config.fee_bps / 100:g}% fee. size = "
-        f"fraction of equity to hold (max {config.max_position_frac:g}); {short}. stop_loss and take_profit "
-        f"= % distance from entry. At most {config.max_tool_calls} tool calls per decision, then a penalized "
-        "forced hold. Your reward follows your equity.\n\n"
+        f"bar(s). Orders fill at the next open with slippage and a {config.fee_bps / 100:g}% fee. {rules} At "
+        f"most {config.max_tool_calls} tool calls per decision, then a penalized forced hold.{reward}\n\n"
         "Each reply: brief reasoning, then exactly one tool call:\n"
         '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>\n'
-        "Example:\nPrice is above SMA20 and RSI is rising.\n"
+        f"Example:\n{reasoning}\n"
         f"<tool_call>{example}</tool_call>\n\n"
         f"Tools:\n{tools}\n\n"
         "Indicators: SMA/EMA = close vs average in %; ATR, MACDh in % of price; BB%B 0 = lower band, "
@@ -72,8 +88,33 @@ def render_system_prompt(registry: ToolRegistry, *, config: EnvConfig, symbol: s
     )
 
 
+def mandate_rule(config: EnvConfig, *, target_vol: float) -> str:
+    """The volatility-target mandate in the agent's words: the target, the sizes and the reward.
+
+    `Mandate: hold a long position whose annualised volatility stays near 40%. size = fraction of equity to
+    hold: 0.25, 0.5, 0.75, 1 or 1.5 (above 1 on margin); close_position holds cash. Each decision pays
+    -((size × annualised volatility of the next 24 bars - 40%) / 40%)²: cash scores -1.`
+    """
+    sizes = [f"{size:g}" for size in sorted(config.exposures) if size > 0]
+    listed = sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} or {sizes[-1]}"
+    margin = " (above 1 on margin)" if max(config.exposures) > 1 else ""
+    target = f"{100 * target_vol:g}%"
+    return (
+        f"Mandate: hold a long position whose annualised volatility stays near {target}. size = fraction "
+        f"of equity to hold: {listed}{margin}; close_position holds cash. Each decision pays -((size × "
+        f"annualised volatility of the next {config.decision_every} bars - {target}) / {target})²: cash "
+        "scores -1."
+    )
+
+
+def _middle_size(config: EnvConfig) -> float:
+    """The example's size: the middle one of the mandate's sizes above 0."""
+    sizes = sorted(size for size in config.exposures if size > 0)
+    return sizes[(len(sizes) - 1) // 2]
+
+
 def render_compact_system_prompt(
-    registry: ToolRegistry, *, config: EnvConfig, symbol: str, timeframe: str
+    registry: ToolRegistry, *, config: EnvConfig, symbol: str, timeframe: str, target_vol: float
 ) -> str:
     """The full prompt's rules and tool signatures in under half its tokens (244 SmolLM2 tokens against 525
     for `configs/btc_momentum.yaml`): no tool descriptions, no indicator glossary, no worked example.
@@ -92,10 +133,13 @@ def render_compact_system_prompt(
     )
     short = "" if config.allow_short else "; no shorting"
     every = config.decision_every
+    sizing = (
+        mandate_rule(config, target_vol=target_vol) if config.mandate == "vol_target"
+        else f"size = equity fraction to hold (max {config.max_position_frac:g}){short}. "
+        "stop_loss/take_profit: % from entry."
+    )
     lines = [
-        f"{symbol} {timeframe} bars. Fills at next open, fee {config.fee_bps / 100:g}%. size = equity "
-        f"fraction to hold (max {config.max_position_frac:g}){short}. stop_loss/take_profit: % from entry."
-        f"{meanings}",
+        f"{symbol} {timeframe} bars. Fills at next open, fee {config.fee_bps / 100:g}%. {sizing}{meanings}",
         'Reason briefly, then one <tool_call>{"name": ..., "arguments": {...}}</tool_call>',
         *(["Info tools:", *(signatures[tool.name] for tool in info)] if info else []),
         f"Trade tools end the decision (max {config.max_tool_calls} calls, else forced hold), then the market "

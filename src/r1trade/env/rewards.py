@@ -2,7 +2,8 @@
 
 Each function returns a raw value; `weigh` multiplies by the `rewards:` config weights (`component_weights`).
 Outcome components (pnl, sharpe, terminal, bankruptcy) and the risk penalties on them (variance, drawdown) are
-in log-return units and the outcome dominates by default;
+in log-return units and the outcome dominates by default; under the volatility-target mandate (`env.mandate`)
+the `mandate` component, how far each decision's volatility missed the target, is the outcome instead;
 process components (valid_call, format, tool_error, forced_hold, pattern, risk_*) are small nudges, because a
 process reward that grows stronger than PnL can raise accuracy while lowering returns.
 """
@@ -30,6 +31,7 @@ COMPONENTS: dict[str, str] = {
     "risk_no_stop": "risk_no_stop",
     "risk_oversize": "risk_oversize",
     "risk_turnover": "risk_turnover",
+    "mandate": "mandate",
 }
 """Component name → the `RewardsConfig` field holding its weight."""
 
@@ -188,3 +190,24 @@ def turnover_violation(*, recent_notional: Sequence[float], equity: float, limit
     if not traded_now:
         return 0.0
     return 1.0 if equity <= 0 or sum(recent_notional) > limit * equity else 0.0
+
+
+def vol_target_miss(*, exposure: float, realised_vol: float, target_vol: float) -> float:
+    """The volatility mandate's raw penalty of one decision:
+    ((exposure × realised_vol − target_vol) / target_vol)².
+
+    `exposure` is the long size held over the decision's interval (fraction of equity), `realised_vol` the
+    market's annualised volatility over the bars of that interval (known only after them: a reward, never an
+    observation), `target_vol` the annualised target. Cash misses by exactly 1, whatever the market does. A
+    constant size w pays the spread of the market's volatility around σ*/w; a size that follows a forecast σ̂,
+    w = σ*/σ̂, pays only the forecast's error, so in a market whose volatility clusters it beats every
+    constant.
+
+    >>> vol_target_miss(exposure=0.0, realised_vol=0.9, target_vol=0.4)
+    1.0
+    >>> vol_target_miss(exposure=0.5, realised_vol=0.8, target_vol=0.4)  # on target
+    0.0
+    >>> round(vol_target_miss(exposure=0.5, realised_vol=1.2, target_vol=0.4), 6)  # (0.6 − 0.4) / 0.4 = 0.5
+    0.25
+    """
+    return ((exposure * realised_vol - target_vol) / target_vol) ** 2

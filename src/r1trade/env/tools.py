@@ -10,7 +10,7 @@ replay up to the decision bar, the portfolio, the config.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -180,16 +180,39 @@ class MarketDataToolkit:
 
 
 class DexToolkit:
-    """get_portfolio, place_order, close_position, hold."""
+    """get_portfolio, place_order, close_position, hold.
 
-    def __init__(self, *, allow_short: bool, max_position_frac: float, max_leverage: float) -> None:
+    With `exposures` (the volatility-target mandate), place_order holds one of those long sizes and sets no
+    stop or take-profit: the mandate is an exposure held over the whole interval, not a trade.
+    """
+
+    def __init__(
+        self, *, allow_short: bool, max_position_frac: float, max_leverage: float,
+        exposures: Sequence[float] | None = None,
+    ) -> None:
         self.allow_short = allow_short
         self.max_position_frac = max_position_frac
         self.max_leverage = max_leverage
+        self.exposures = None if exposures is None else sorted(size for size in exposures if size > 0)
 
     def tools(self) -> list[Tool]:
+        view_only = _object({"view": _VIEW}, ("view",))
+        if self.exposures is None:
+            order = self._order_schema()
+            what = "Hold size of equity long or short from the next open; sets stop/take."
+        else:
+            order, what = self._mandate_order_schema(), "Hold size of equity long from the next open."
+        return [
+            Tool("get_portfolio", "Cash, position, entry, PnL, stops, equity.", _object(), self._portfolio),
+            Tool("place_order", what, order, self._place, ends_decision=True),
+            Tool("close_position", "Go flat at the next open.", view_only, self._close, ends_decision=True),
+            Tool("hold", "Keep the position.", view_only, self._hold,
+                 ends_decision=True),
+        ]
+
+    def _order_schema(self) -> dict[str, Any]:
         side_note = "" if self.allow_short else " (short is disabled)"
-        order = _object(
+        return _object(
             {
                 "side": {"type": "string", "enum": ["long", "short"], "description": f"direction{side_note}"},
                 "size": {"type": "number", "exclusiveMinimum": 0, "maximum": self.max_leverage,
@@ -202,15 +225,17 @@ class DexToolkit:
             },
             ("side", "size", "view"),
         )
-        view_only = _object({"view": _VIEW}, ("view",))
-        return [
-            Tool("get_portfolio", "Cash, position, entry, PnL, stops, equity.", _object(), self._portfolio),
-            Tool("place_order", "Hold size of equity long or short from the next open; sets stop/take.",
-                 order, self._place, ends_decision=True),
-            Tool("close_position", "Go flat at the next open.", view_only, self._close, ends_decision=True),
-            Tool("hold", "Keep the position.", view_only, self._hold,
-                 ends_decision=True),
-        ]
+
+    def _mandate_order_schema(self) -> dict[str, Any]:
+        return _object(
+            {
+                "side": {"type": "string", "enum": ["long"], "description": "direction (long only)"},
+                "size": {"type": "number", "enum": self.exposures,
+                         "description": "fraction of equity to hold"},
+                "view": _VIEW,
+            },
+            ("side", "size", "view"),
+        )
 
     @staticmethod
     def _portfolio(args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from r1trade.env.portfolio import Fill, Portfolio
 from r1trade.env.prompts import describe_fill, render_observation, render_summary, render_system_prompt
 from r1trade.env.sentiment import load_sentiment_csv
 from r1trade.env.tools import DexToolkit, MarketDataToolkit, Order, ToolRegistry
+from r1trade.env.volatility import bars_per_year, realised_volatility
 from r1trade.errors import ConfigError, DataError
 
 Message = dict[str, str]
@@ -71,9 +73,10 @@ class TradingEnv:
     Information tools (`get_candles`, `get_indicators`, `get_sentiment`, `get_portfolio`; `get_changes` with
     `observation: price_only`, `get_volatility` with `volatility_tool`) answer and the decision continues.
     Trade tools (`place_order(side, size, stop_loss?, take_profit?, view)`, `close_position(view)`,
-    `hold(view)`) end the decision. After `max_tool_calls` turns without a trade tool
-    the env holds for the agent (forced hold, penalized). A malformed turn counts as a call and is answered
-    with what was wrong.
+    `hold(view)`) end the decision. Under the volatility-target mandate `place_order(side: long, size, view)`
+    takes one of `env.exposures` and sets no exits, and the system prompt states the target and the sizes.
+    After `max_tool_calls` turns without a trade tool the env holds for the agent (forced hold, penalized). A
+    malformed turn counts as a call and is answered with what was wrong.
 
     ## Transitions
     A trade decided at the close of bar t fills at the open of bar t+1, at open × (1 ± s) with a fee of
@@ -101,7 +104,11 @@ class TradingEnv:
     log-return, optionally minus buy-and-hold's) and `bankruptcy`. Process: `valid_call` (first accepted call
     of a decision), `format`,
     `tool_error`, `forced_hold`, `pattern` (stated view vs the forward return over `pattern_horizon_bars`,
-    known only after the fact and never shown), `risk_no_stop`, `risk_oversize`, `risk_turnover`.
+    known only after the fact and never shown), `risk_no_stop`, `risk_oversize`, `risk_turnover`. Under the
+    volatility-target mandate (`env.mandate: vol_target`), `mandate`: ((w × σ − σ*) / σ*)² with w the long
+    size held over the decision, σ the market's realised volatility over the bars it was held (ddof 1,
+    annualised over a 365-day year, from bars after the decision bar only) and σ* `rewards.vol_target`; cash
+    misses by 1 (`rewards.vol_target_miss`).
 
     ## Starting state
     Flat with `initial_cash`, at a uniformly drawn bar with at least `warmup_bars` of history and room for the
@@ -167,13 +174,15 @@ class TradingEnv:
                     allow_short=env_config.allow_short,
                     max_position_frac=env_config.max_position_frac,
                     max_leverage=env_config.max_leverage,
+                    exposures=env_config.exposures if env_config.mandate == "vol_target" else None,
                 ).tools(),
             ]
         )
         self.tool_schemas = self.registry.schemas()
         self._prompts = [
             render_system_prompt(
-                self.registry, config=env_config, symbol=market.symbol, timeframe=market.timeframe
+                self.registry, config=env_config, symbol=market.symbol, timeframe=market.timeframe,
+                target_vol=reward_config.vol_target,
             )
             for market in markets
         ]
@@ -410,6 +419,8 @@ class TradingEnv:
         equity_after = portfolio.equity(replay.close[episode.bar])
         marks = [equity for _, equity in episode.marks[marked:]]  # this decision's bar closes
         self._score_outcome(raw, fills, marks, equity_before=equity_before, equity_after=equity_after)
+        if self.env_config.mandate == "vol_target":
+            raw["mandate"] = self._mandate_miss(held, first=t, last=episode.bar)
         episode.fills += fills
         episode.actions.append(f"#{episode.decision + 1} {_describe_order(order)}")
         episode.decision += 1
@@ -486,6 +497,18 @@ class TradingEnv:
         episode.notional.append(sum(fill.notional for fill in fills if fill.reason == "order"))
         raw["risk_turnover"] = rewards.turnover_violation(
             recent_notional=episode.notional, equity=equity_after, limit=rc.max_turnover
+        )
+
+    def _mandate_miss(self, exposure: float, *, first: int, last: int) -> float:
+        """The volatility mandate's raw penalty of the decision taken at bar `first` and held to bar `last`:
+        its size against the market's annualised volatility over bars first + 1 .. last, which the agent never
+        saw. An interval cut short by ruin before two returns counts as cash's miss, 1."""
+        if last - first < 2:
+            return 1.0
+        per_bar = realised_volatility(self.replay.close, last, last - first)
+        return rewards.vol_target_miss(
+            exposure=exposure, realised_vol=per_bar * math.sqrt(bars_per_year(self.replay.timeframe)),
+            target_vol=self.reward_config.vol_target,
         )
 
     def _shocks(self, bars: int) -> list[float]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
 from r1trade.data.store import timeframe_to_timedelta
 from r1trade.env.market import MarketReplay
 
@@ -41,6 +44,24 @@ def realised_volatility(close: Sequence[float], bar: int, bars: int) -> float:
         return math.nan
     mean = sum(returns) / len(returns)
     return math.sqrt(sum((r - mean) ** 2 for r in returns) / (len(returns) - 1))
+
+
+def interval_volatility(close: np.ndarray, decision_bars: np.ndarray, bars: int) -> np.ndarray:
+    """Per-bar volatility over the interval after each decision bar d: `realised_volatility(close, d + bars,
+    bars)` for every d at once, the std (ddof 1) of the log-returns of bars d + 1 .. d + bars. (D,) from (D,).
+
+    What the volatility mandate scores a decision on: the bars its position is held over, none of which it
+    saw.
+
+    >>> closes = np.array([100.0, 101.0, 100.0, 101.0, 101.0])  # log-returns a, -a, a, 0 (a = 0.00995)
+    >>> interval_volatility(closes, np.array([0, 1]), 3).round(5)  # a, -a, a: a·sqrt(4/3); -a, a, 0: a
+    array([0.01149, 0.00995])
+    """
+    log_returns = np.diff(np.log(np.asarray(close, dtype=float)))  # (n - 1,): entry j is bar j + 1's
+    if bars < 2 or len(log_returns) < bars:
+        raise ValueError(f"need at least 2 bars in an interval and {bars} returns in the data")
+    windows = sliding_window_view(log_returns, bars)  # (n - bars, bars): row d holds bars d + 1 .. d + bars
+    return windows[np.asarray(decision_bars, dtype=np.int64)].std(axis=1, ddof=1)
 
 
 def mean_true_range_pct(

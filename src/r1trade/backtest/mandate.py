@@ -1,0 +1,140 @@
+"""The volatility-target mandate in a backtest: each decision's miss, the mandate's rows and their intervals.
+
+Under `env.mandate: vol_target` every strategy is scored on the report's decision bars
+(`ReportContext.decision_bars`, every `env.decision_every` bars) as the env's reward scores the agent: the
+long size w it holds after each decision against the market's realised volatility σ over the interval that
+follows (`interval_volatility`, annualised over a 365-day year), with σ* = `rewards.vol_target`. A rule
+baseline decides only at those bars (`decided_at`), so its w is its target there; a model's is its order's.
+
+- `Mandate Penalty`: the mean miss ((w σ − σ*) / σ*)² over the decisions (`vol_target_miss`; cash: 1; lower
+  is better);
+- `Realised Volatility [%]`: 100 × the root mean square of the delivered volatilities w σ, against
+- `Target Volatility [%]`: 100 σ*;
+- `Exposure Mix: <size> [%]` (below the metrics): the share of decisions held at each of `env.exposures`.
+
+Their 95 % intervals come from the stationary block bootstrap over decisions of the other intervals, with the
+same seed and so the same resampled decisions (`r1trade.backtest.bootstrap`); each run's penalty minus
+best_constant's (`REFERENCE`) is paired on them. A run averaged over seeds has one row of sizes per seed: its
+misses and delivered variances are averaged over the seeds at each decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from r1trade.backtest.bootstrap import percentile_interval, stationary_indices
+from r1trade.backtest.report import (
+    MANDATE_PENALTY,
+    REALISED_VOLATILITY,
+    TARGET_VOLATILITY,
+    ReportContext,
+    StrategyRun,
+)
+from r1trade.config import Config
+from r1trade.env.rewards import vol_target_miss
+from r1trade.env.volatility import interval_volatility
+
+REFERENCE = "best_constant"
+"""The run every other run's penalty is compared with: the constant size chosen on the train split."""
+
+
+def is_mandate(config: Config) -> bool:
+    """Whether the config's env holds the volatility-target mandate."""
+    return config.env.mandate == "vol_target"
+
+
+def decision_misses(exposures: np.ndarray, sigmas: np.ndarray, *, target_vol: float) -> np.ndarray:
+    """`vol_target_miss` of every decision: exposures (D,) or (seeds, D), sigmas (D,) annualised -> the
+    shape of exposures."""
+    miss = np.vectorize(lambda w, s: vol_target_miss(exposure=w, realised_vol=s, target_vol=target_vol))
+    return np.asarray(miss(np.asarray(exposures, dtype=float), np.asarray(sigmas, dtype=float)), dtype=float)
+
+
+def decision_sigmas(context: ReportContext) -> np.ndarray:
+    """(D,) the market's annualised volatility over the interval after each of the context's decisions."""
+    closes = context.candles["close"].to_numpy(dtype=float)
+    every = context.config.env.decision_every
+    return interval_volatility(closes, context.decision_bars, every) * math.sqrt(context.bars_per_year)
+
+
+def decided_at(target: pd.Series, decision_bars: np.ndarray) -> pd.Series:
+    """`target` as a policy that decides only at `decision_bars` (positions in it, increasing) holds it: its
+    value at each decision bar, held until the next; flat before the first."""
+    held = np.full(len(target), np.nan)
+    held[decision_bars] = target.to_numpy(dtype=float)[decision_bars]
+    return pd.Series(held, index=target.index, name=target.name).ffill().fillna(0.0)
+
+
+def mandate_rows(exposures: np.ndarray, sigmas: np.ndarray, *, target_vol: float) -> dict[str, float]:
+    """The mandate's rows of one run: mean penalty, realised against target volatility (see the module)."""
+    penalty, variance = _per_decision(exposures, sigmas, target_vol=target_vol)
+    return {
+        MANDATE_PENALTY: float(penalty.mean()),
+        REALISED_VOLATILITY: 100.0 * math.sqrt(float(variance.mean())),
+        TARGET_VOLATILITY: 100.0 * target_vol,
+    }
+
+
+def with_mandate(
+    runs: Sequence[StrategyRun], sigmas: np.ndarray, context: ReportContext
+) -> list[StrategyRun]:
+    """`runs` with the mandate's rows, their 95 % intervals (beside `REFERENCE`, also the paired interval of
+    the penalty difference) and exposure mix; runs without exposures are returned as they are. sigmas: (D,),
+    one per decision of the runs' exposures (the folds' concatenated for a pooled run)."""
+    target, settings = context.config.rewards.vol_target, context.config.backtest
+    scored = {run.name: _per_decision(run.exposures, sigmas, target_vol=target) for run in runs
+              if run.exposures is not None}
+    if not scored:
+        return list(runs)
+    indices = stationary_indices(  # (resamples, D): the same decisions as the other intervals (same seed)
+        len(sigmas), resamples=settings.bootstrap_resamples, mean_block=settings.bootstrap_block,
+        rng=np.random.default_rng(context.config.seed),
+    )
+    reference = scored.get(REFERENCE)
+    updated = []
+    for run in runs:
+        if run.name not in scored:
+            updated.append(run)
+            continue
+        penalty, variance = scored[run.name]
+        intervals = {
+            MANDATE_PENALTY: percentile_interval(penalty[indices].mean(axis=1)),
+            REALISED_VOLATILITY: percentile_interval(100.0 * np.sqrt(variance[indices].mean(axis=1))),
+        }
+        if reference is not None and run.name != REFERENCE:
+            difference = penalty - reference[0]  # (D,) paired, decision by decision
+            intervals[f"{MANDATE_PENALTY} − {REFERENCE}"] = percentile_interval(
+                difference[indices].mean(axis=1)
+            )
+        rows = mandate_rows(run.exposures, sigmas, target_vol=target)
+        mix = exposure_mix(run.exposures, context.config.env.exposures)
+        updated.append(replace(run, metrics={**run.metrics, **rows}, ci95={**run.ci95, **intervals},
+                               extra={**run.extra, **mix}))
+    return updated
+
+
+def exposure_mix(exposures: np.ndarray, sizes: Sequence[float]) -> dict[str, float]:
+    """`Exposure Mix: <size> [%]`: the share of decisions (of seeds and decisions) held at each of `sizes`.
+
+    >>> exposure_mix(np.array([0.5, 0.5, 0.0, 1.5]), [0, 0.5, 1.5])
+    {'Exposure Mix: 0 [%]': 25.0, 'Exposure Mix: 0.5 [%]': 50.0, 'Exposure Mix: 1.5 [%]': 25.0}
+    """
+    held = np.asarray(exposures, dtype=float)
+    return {f"Exposure Mix: {size:g} [%]": 100.0 * float(np.mean(np.isclose(held, size)))
+            for size in sorted(sizes)}
+
+
+def _per_decision(
+    exposures: np.ndarray, sigmas: np.ndarray, *, target_vol: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(D,) misses and (D,) delivered variances (w σ)², each averaged over seeds when exposures is (S, D)."""
+    exposures = np.atleast_2d(np.asarray(exposures, dtype=float))  # (S, D)
+    if exposures.shape[1] != len(sigmas):
+        raise ValueError(f"{exposures.shape[1]} exposures for {len(sigmas)} decisions")
+    misses = decision_misses(exposures, sigmas, target_vol=target_vol)  # (S, D)
+    return misses.mean(axis=0), ((exposures * sigmas) ** 2).mean(axis=0)

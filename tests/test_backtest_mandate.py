@@ -1,0 +1,221 @@
+"""The volatility-target mandate in the backtest: its baselines on hand-made series, its rows and intervals,
+the best constant chosen on the train split only, and training and backtesting the rung through the CLI."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from r1trade.backtest import mandate, strategies
+from r1trade.backtest.mandate import decided_at, decision_sigmas, mandate_rows, with_mandate
+from r1trade.backtest.runner import load_context, mandate_params, run_baseline
+from r1trade.backtest.strategies import best_constant_exposure, constant_exposure, random_sizes, vol_target
+from r1trade.cli import main
+from r1trade.config import load_config
+
+SIZES = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]
+A = 0.8 / math.sqrt(730)
+"""A daily log-return whose alternating pair (A, -A) has an annualised volatility of 0.8: std A·√2, × √365."""
+ROWS = ("Mandate Penalty", "Realised Volatility [%]", "Target Volatility [%]")
+
+
+def daily(log_returns: list[float]) -> pd.DataFrame:
+    """Daily candles with closes 100·exp(cumulative log-returns), each bar opening at the previous close."""
+    close = 100.0 * np.exp(np.cumsum([0.0, *log_returns]))
+    open_ = np.r_[close[0], close[:-1]]
+    index = pd.date_range("2024-01-01", periods=len(close), freq="D", tz="UTC", name="timestamp")
+    return pd.DataFrame(
+        {"open": open_, "high": np.maximum(open_, close), "low": np.minimum(open_, close), "close": close,
+         "volume": 1.0},
+        index=index,
+    )
+
+
+@pytest.mark.parametrize("module", [mandate, strategies])
+def test_docstring_examples(module) -> None:
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# --------------------------------------------------------------------------- baselines on hand-made series
+
+
+def test_vol_target_on_the_mandates_sizes_by_hand() -> None:
+    candles = daily([A, -A, -A, A, A])  # returns r1..r5 end at bars 1..5
+    # σ over the last 2 returns: bar 2 (A, -A): 0.8; bar 3 (-A, -A): 0; bar 4: 0.8; bar 5: 0. Target 0.4:
+    # 0.4 / 0.8 = 0.5, a size of the set; σ = 0: the cap 1.5. Flat until two returns exist.
+    sized = vol_target(candles, target=0.4, lookback=2, band=0.0, sizes=SIZES, max_leverage=1.5)
+    assert sized.tolist() == [0.0, 0.0, 0.5, 1.5, 0.5, 1.5]
+    # target 0.9: 1.125 is nearest 1 (not 1.5); with a cap of 1, σ = 0 holds 1
+    nearest = vol_target(candles, target=0.9, lookback=2, band=0.0, sizes=SIZES, max_leverage=1.0)
+    assert nearest.tolist() == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_constant_and_random_sizes() -> None:
+    candles = daily([0.01, -0.02] * 300)
+    assert constant_exposure(candles, size=0.75).eq(0.75).all()
+    drawn = random_sizes(candles, seed=3, sizes=SIZES)
+    assert set(drawn) == set(SIZES) and drawn.value_counts().min() > 60  # 601 draws of 6 sizes
+    assert drawn.equals(random_sizes(candles, seed=3, sizes=SIZES))
+    prefix = random_sizes(candles.iloc[:50], seed=3, sizes=SIZES)
+    assert drawn.iloc[:50].equals(prefix)  # no later bar changes a draw
+    assert not drawn.equals(random_sizes(candles, seed=4, sizes=SIZES))
+
+
+def test_best_constant_by_hand() -> None:
+    # decisions every 2 days from day 0: day 0 holds over (A, -A), σ = 0.8; day 2 over (A/2, -A/2), σ = 0.4.
+    # Target 0.4. Size 0 misses 1 and 1; size 0.5: (0.4 - 0.4)² = 0, then ((0.2 - 0.4) / 0.4)² = 0.25, mean
+    # 0.125; size 1: ((0.8 - 0.4) / 0.4)² = 1, then 0, mean 0.5. Best: 0.5.
+    candles = daily([A, -A, A / 2, -A / 2])
+    size, misses = best_constant_exposure(candles, sizes=[0.0, 0.5, 1.0], target_vol=0.4, every=2, first=0)
+    assert size == 0.5 and misses == pytest.approx({0.0: 1.0, 0.5: 0.125, 1.0: 0.5})
+
+
+def test_decided_at_and_the_rows_by_hand() -> None:
+    target = pd.Series([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    assert decided_at(target, np.array([1, 4])).tolist() == [0.0, 0.2, 0.2, 0.2, 0.5, 0.5]
+    sigmas = np.array([0.8, 0.4])
+    # 0.5 against 80 % then 40 %: delivered 40 % (a miss of 0), then 20 % (((0.2 - 0.4) / 0.4)² = 0.25): mean
+    # 0.125; delivered variances 0.16 and 0.04: RMS sqrt(0.1) = 31.6228 %
+    expected = dict(zip(ROWS, [0.125, 31.6228, 40.0], strict=True))
+    assert mandate_rows(np.array([0.5, 0.5]), sigmas, target_vol=0.4) == pytest.approx(expected, abs=1e-4)
+    # a second seed holding 0 then 1: misses 1 and 0, so per decision (0 + 1) / 2 and (0.25 + 0) / 2, mean
+    # 0.3125; delivered variances (0.16, 0.04) and (0, 0.16): per decision 0.08 and 0.1, RMS sqrt(0.09) = 30 %
+    seeded = mandate_rows(np.array([[0.5, 0.5], [0.0, 1.0]]), sigmas, target_vol=0.4)
+    assert seeded == pytest.approx(dict(zip(ROWS, [0.3125, 30.0, 40.0], strict=True)))
+
+
+# --------------------------------------------------------------------------- the runner under the mandate
+
+
+@pytest.fixture(scope="module")
+def context():
+    """btc_voltarget_tiny's test split (the shipped sample), 200 resamples."""
+    overrides = ["backtest.bootstrap_resamples=200", "backtest.random_seeds=2"]
+    config = load_config("btc_voltarget_tiny", overrides)
+    return load_context(config)
+
+
+def test_best_constant_is_chosen_on_the_train_split_only(context) -> None:
+    params, note = mandate_params("best_constant", context)
+    env = context.config.env
+    chosen, misses = best_constant_exposure(context.splits.train, sizes=env.exposures, target_vol=0.4,
+                                            every=24, first=env.warmup_bars)
+    assert params == {"size": chosen} and f"holds {chosen:g} of equity" in note
+    assert misses[0.0] == 1.0 and misses[chosen] == min(misses.values())
+    wild = context.splits.test.copy()
+    wild[["open", "high", "low", "close"]] *= np.exp(np.random.default_rng(0).normal(0, 0.2, (len(wild), 1)))
+    tested_wild = replace(context, splits=replace(context.splits, test=wild))
+    assert mandate_params("best_constant", tested_wild)[0] == params
+    calm = context.splits.train.copy()  # the train split's moves shrunk tenfold: a larger size is best
+    calm[["open", "high", "low", "close"]] = np.exp(np.log(calm[["open", "high", "low", "close"]]) / 10 + 8)
+    calmer = mandate_params("best_constant", replace(context, splits=replace(context.splits, train=calm)))[0]
+    assert calmer["size"] > chosen
+
+
+def test_every_baseline_decides_at_the_decision_bars_with_its_sizes(context) -> None:
+    names = ("vol_target", "best_constant", "buy_and_hold", "random_sizes")
+    runs = [run_baseline(name, context) for name in names]
+    decisions = len(context.decision_bars)
+    assert decisions > 100
+    for run in runs[:3]:
+        assert run.exposures.shape == (decisions,) and set(run.exposures) <= set(SIZES)
+    assert runs[2].exposures.tolist() == [1.0] * decisions
+    assert runs[3].exposures.shape == (2, decisions)  # one row per seed
+    assert len(set(runs[0].exposures)) >= 3  # vol_target follows the volatility
+    # orders fill at the open after a decision bar only: trades open and close on decision bars + 1
+    for run in runs[:3]:
+        assert set(run.trades["entry_bar"]) <= set(context.decision_bars + 1)
+        closed = run.trades.loc[~run.trades["is_open"], "exit_bar"]
+        assert set(closed) <= set(context.decision_bars + 1)
+    scored = with_mandate(runs, decision_sigmas(context), context)
+    for run in scored:
+        assert set(ROWS) <= set(run.metrics) and run.metrics["Target Volatility [%]"] == 40.0
+        low, high = run.ci95["Mandate Penalty"]
+        assert 0 <= low <= high and run.metrics["Mandate Penalty"] >= 0
+        mix = [value for key, value in run.extra.items() if key.startswith("Exposure Mix")]
+        assert sum(mix) == pytest.approx(100)
+    assert "Mandate Penalty − best_constant" not in scored[1].ci95
+    low, high = scored[0].ci95["Mandate Penalty − best_constant"]
+    assert low <= high
+    twin = with_mandate([runs[1], replace(runs[1], name="twin")], decision_sigmas(context), context)[1]
+    assert twin.ci95["Mandate Penalty − best_constant"] == (0.0, 0.0)  # paired on the same decisions
+
+
+def test_mandate_baselines_need_the_mandate(capsys) -> None:
+    code = main(["backtest", "--config", "smoke", "--strategy", "best_constant"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "env.mandate: vol_target" in err
+    code = main(["backtest", "--config", "btc_voltarget_tiny",
+                 "--set", "backtest.params.best_constant.size=1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "chosen on the train split" in err
+
+
+def test_a_baseline_above_the_largest_position_is_one_line(capsys, tmp_path) -> None:
+    code = main(["backtest", "--config", "smoke", "--strategy", "vol_target", "--out", str(tmp_path / "r"),
+                 "--set", "backtest.params.vol_target.max_leverage=1.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "above the largest position held here, 1" in err
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "r1trade.cli", *args], capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def test_warm_start_train_then_backtest_the_rung_through_the_cli(tmp_path: Path) -> None:
+    warmed = _cli("warmstart", "--config", "btc_voltarget_tiny", "--set", "warmstart.max_steps=2",
+                  "--set", "warmstart.episodes=2", "--set", f"output_dir={tmp_path}")
+    assert warmed.returncode == 0, warmed.stderr[-3000:]  # its demonstrations fit rollout.max_new_tokens
+    warm = tmp_path / "btc_voltarget_tiny-warmstart" / "model"
+    trained = _cli(
+        "train", "--config", "btc_voltarget_tiny", "--set", f"model.name_or_path={warm}",
+        "--set", "train.updates=1", "--set", "rollout.num_envs=4",
+        "--set", "env.episode_decisions=1", "--set", "rollout.max_new_tokens=12", "--set", "train.epochs=1",
+        "--set", "train.minibatch_size=4", "--set", "train.micro_batch_size=4",
+        "--set", f"output_dir={tmp_path}",
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    record = json.loads((tmp_path / "btc_voltarget_tiny" / "metrics.jsonl").read_text().splitlines()[0])
+    assert any("mandate" in key for key in record)  # the component is logged on its own
+    out = tmp_path / "report"
+    tested = _cli(
+        "backtest", "--checkpoint", str(tmp_path / "btc_voltarget_tiny" / "checkpoints" / "step-1"),
+        "--baseline", "base-model", "--walk-forward", "2", "--set", "backtest.max_decisions=2",
+        "--set", "backtest.agent_windows=1", "--set", "rollout.max_new_tokens=12",
+        "--set", "backtest.bootstrap_resamples=100", "--set", "backtest.random_seeds=2", "--out", str(out),
+    )
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    assert "Volatility-target mandate (target 40 % a year" in tested.stdout
+    document = json.loads((out / "metrics.json").read_text())
+    assert f"RL started from: {warm}" in document["folds"][0]["notes"]["base model"]  # the warm start
+    assert document["mandate"]["target_vol"] == 0.4 and document["mandate"]["exposures"] == SIZES
+    names = {"agent (step-1)", "base model", "vol_target", "best_constant", "buy_and_hold", "random_sizes"}
+    assert set(document["strategies"]) == names
+    for fold in document["folds"]:
+        assert fold["decisions"]["count"] == 2
+        for entry in fold["strategies"].values():
+            assert 0 <= entry["Mandate Penalty"] and entry["Target Volatility [%]"] == 40.0
+            assert {"Mandate Penalty", "Realised Volatility [%]"} <= set(entry["ci95"])
+    for name, pooled in document["strategies"].items():
+        # pooled over the folds' decisions: the decision-weighted mean of the folds' penalties (2 and 2)
+        folds = [fold["strategies"][name]["Mandate Penalty"] for fold in document["folds"]]
+        assert pooled["Mandate Penalty"] == pytest.approx(sum(folds) / 2), name
+        assert {"Mandate Penalty", "Realised Volatility [%]"} <= set(pooled["ci95"])
+    assert "Mandate Penalty − best_constant" in document["strategies"]["agent (step-1)"]["ci95"]
+    chosen = document["folds"][0]["notes"]["best_constant"]
+    assert chosen.startswith("holds ") and "the train split" in chosen
+    assert "| Mandate Penalty |" in (out / "metrics.md").read_text()
