@@ -231,7 +231,7 @@ def against_previous(config_name: str, overrides: list[str], repeats: int) -> No
             phases["whole"] = sum(phases.values())
             seconds[name].append(phases)
             print(f"{name:>8} update {round_ + 1}: " + ", ".join(f"{k} {v:5.2f} s" for k, v in phases.items())
-                  + f" | return {metrics.get('return', float('nan')):+.3f}", flush=True)
+                  + f" | return {metrics['episode_return']:+.3f}", flush=True)
     means = {name: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} for name, rows in seconds.items()}
     for name, mean in means.items():
         print(f"{name:>8} mean: " + ", ".join(f"{k} {v:5.2f} s" for k, v in mean.items()))
