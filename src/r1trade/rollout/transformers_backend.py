@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -281,7 +281,14 @@ class _StepRows:
         self.members, self.work = members, self.cache.rows_copy(members, room=room)
         self._begin(room)
 
-    def forward(self, run, logits: torch.Tensor, token: torch.Tensor, stopped: torch.Tensor, pad_id: int):
+    def forward(
+        self,
+        run: Callable[[_BatchCache, torch.Tensor, torch.Tensor], torch.Tensor],
+        logits: torch.Tensor,  # (R, V)
+        token: torch.Tensor,  # (R,)
+        stopped: torch.Tensor,  # (R,)
+        pad_id: int,
+    ) -> torch.Tensor:
         """Feed each row's token (padding, unattended, for a stopped row) and return (R, V) next-token logits;
         rows not run keep their last logits (their draws are not used)."""
         if self.members is not None:
