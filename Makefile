@@ -41,6 +41,8 @@ demo: install
 	$(R1) plot-run $(DEMO)
 	$(R1) backtest --config demo_tools --checkpoint $(DEMO)/checkpoints/step-120 --baseline base-model \
 	    --out reports/demo_tools-test
+	@echo
+	@cat docs/results/demo_seeds.md
 
 # The planted-edge bandit with the changes in the observation (configs/demo.yaml): one decision, no tool needed.
 PLANTED := runs/demo
