@@ -23,6 +23,18 @@ def ohlc_candles(rows: list[tuple[float, float, float, float]], *, start: str = 
     return frame
 
 
+def daily(log_returns: list[float]) -> pd.DataFrame:
+    """Daily candles with closes 100·exp(cumulative log-returns), each bar opening at the previous close."""
+    close = 100.0 * np.exp(np.cumsum([0.0, *log_returns]))
+    open_ = np.r_[close[0], close[:-1]]
+    index = pd.date_range("2024-01-01", periods=len(close), freq="D", tz="UTC", name="timestamp")
+    return pd.DataFrame(
+        {"open": open_, "high": np.maximum(open_, close), "low": np.minimum(open_, close), "close": close,
+         "volume": 1.0},
+        index=index,
+    )
+
+
 def flat_then(closes: list[float], *, lead: int = 3) -> pd.DataFrame:
     """`lead` bars at 100, then bars opening at the previous close and closing at each of `closes`."""
     rows = [(100.0, 100.0, 100.0, 100.0)] * lead

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from env_fixtures import daily
 
 from r1trade.backtest import mandate, strategies
 from r1trade.backtest.mandate import decided_at, decision_sigmas, mandate_rows, with_mandate
@@ -26,18 +27,6 @@ SIZES = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]
 A = 0.8 / math.sqrt(730)
 """A daily log-return whose alternating pair (A, -A) has an annualised volatility of 0.8: std A·√2, × √365."""
 ROWS = ("Mandate Penalty", "Realised Volatility [%]", "Target Volatility [%]")
-
-
-def daily(log_returns: list[float]) -> pd.DataFrame:
-    """Daily candles with closes 100·exp(cumulative log-returns), each bar opening at the previous close."""
-    close = 100.0 * np.exp(np.cumsum([0.0, *log_returns]))
-    open_ = np.r_[close[0], close[:-1]]
-    index = pd.date_range("2024-01-01", periods=len(close), freq="D", tz="UTC", name="timestamp")
-    return pd.DataFrame(
-        {"open": open_, "high": np.maximum(open_, close), "low": np.minimum(open_, close), "close": close,
-         "volume": 1.0},
-        index=index,
-    )
 
 
 @pytest.mark.parametrize("module", [mandate, strategies])

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import make_synthetic_candles
+from env_fixtures import daily
 
 from r1trade.backtest.engine import run_vectorized
 from r1trade.backtest.strategies import STRATEGIES, make_targets, vol_target
@@ -19,18 +20,6 @@ from r1trade.data.store import save_candles
 
 A = 0.8 / math.sqrt(730)
 """A log-return whose alternating pair has an annualised volatility of 0.8: std A·√2 a day, times √365."""
-
-
-def daily(log_returns: list[float]) -> pd.DataFrame:
-    """Daily candles with closes 100·exp(cumulative log-returns), each bar opening at the previous close."""
-    close = 100.0 * np.exp(np.cumsum([0.0, *log_returns]))
-    open_ = np.r_[close[0], close[:-1]]
-    index = pd.date_range("2024-01-01", periods=len(close), freq="D", tz="UTC", name="timestamp")
-    return pd.DataFrame(
-        {"open": open_, "high": np.maximum(open_, close), "low": np.minimum(open_, close), "close": close,
-         "volume": 1.0},
-        index=index,
-    )
 
 
 def test_worked_example_by_hand() -> None:
