@@ -231,6 +231,25 @@ def test_a_warm_started_seed(capsys, tmp_path: Path) -> None:
     assert "seed 3: warm start finished" in shown and "training finished (step-1), skipped" in shown
     assert mtimes(out / "seed-3") == finished
 
+    # A variant of the RL borrows that warm start: its run starts from the same model, and no warm start runs.
+    variant = tmp_path / "variant"
+    assert main(["seeds", "--config", "smoke", "--seeds", "3", "--warmstart", "--out", str(variant),
+                 "--warmstart-from", str(out), *settings(*TINY, *TINY_WARMSTART, "train.learning_rate=2e-4")]) == 0
+    assert "starting from the warm start in" in capsys.readouterr().out
+    borrowed = load_config(variant / "seed-3" / "run" / "config.yaml")
+    assert (borrowed.model.name_or_path, borrowed.train.learning_rate) == (str(model), 2e-4)
+    assert not (variant / "seed-3" / "warmstart").exists()
+    assert json.loads((variant / "seeds.json").read_text())["warmstart_from"] == str(out)
+    assert mtimes(out / "seed-3") == finished
+
+    # One that changes what the warm start read (the env) is refused before anything runs.
+    other = tmp_path / "other"
+    code = main(["seeds", "--config", "smoke", "--seeds", "3", "--warmstart", "--out", str(other),
+                 "--warmstart-from", str(out), *settings(*TINY, *TINY_WARMSTART, "env.fee_bps=5")])
+    err = capsys.readouterr().err
+    assert code == 2 and "ran another config" in err and one_line(err), err
+    assert not other.exists()
+
 
 @pytest.mark.parametrize(
     ("args", "message"),
@@ -240,6 +259,8 @@ def test_a_warm_started_seed(capsys, tmp_path: Path) -> None:
         (["--ladder", "x.json", "--level", "moon"], "--level must be one of"),
         (["--set", "train.walk_forward=2"], "trains one agent per walk-forward fold"),
         (["--set", "train.nope=1"], "unknown key 'train.nope'"),
+        (["--warmstart", "--warmstart-from", "nowhere"], "holds no finished warm start"),
+        (["--no-warmstart", "--warmstart-from", "nowhere"], "--warmstart-from needs a warm start"),
     ],
 )
 def test_bad_input_is_one_line_and_runs_nothing(

@@ -863,6 +863,11 @@ def seeds_command(
                                                    "multi_decision")] = None,
     variant: Annotated[str | None, typer.Option(help="with --ladder: the records' variant (default: the "
                                                      "--out folder's name)")] = None,
+    warm_from: Annotated[
+        Path | None,
+        typer.Option("--warmstart-from", help="start each seed from the finished warm start of this other "
+                     "seeds folder (same config outside train and backtest): variants compared from the same models"),
+    ] = None,
 ) -> None:
     """Does a recipe learn? One config over several seeds, one after another: warm start, RL, the step chosen
     on the validation split, a test backtest beside the warm start; then each held-out figure's mean, sd,
@@ -885,12 +890,13 @@ def seeds_command(
     resolved = _config(config, set_)
     out = out or default_out_dir(resolved)
     outcome = run_seeds(config, set_ or [], chosen, warm=warm, out_dir=out, metric=metric, every=every,
-                        console=console)
+                        warm_from=warm_from, console=console)
     title = f"{config} · seeds {seeds} · step chosen on validation by {metric} · held out: test split"
     console.print(_seeds_table(outcome, title=escape(title)))
     _wrote(str(outcome.file))
     if ladder is not None:
         flags = [*(["--warmstart"] if warm else ["--no-warmstart"] if warm is False else []),
+                 *(["--warmstart-from", str(warm_from)] if warm_from is not None else []),
                  *(part for item in set_ or [] for part in ("--set", item))]
         command = shlex.join(["r1trade", "seeds", "--config", config, "--seeds", seeds, *flags,
                               "--out", str(out), "--metric", metric, "--every", str(every)])

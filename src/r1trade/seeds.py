@@ -4,7 +4,10 @@ held-out figure over the seeds: mean, standard deviation, worst seed and interqu
 
 Seed S runs in `OUT/seed-S/`, one seed after another, every stage with `seed=S` and `model.tiny_seed=S` on top
 of the config and its `--set` overrides:
-- `warmstart/`: the warm start (`r1trade warmstart`), when asked; finished once `warmstart.json` is written;
+- `warmstart/`: the warm start (`r1trade warmstart`), when asked; finished once `warmstart.json` is written.
+  With `warm_from` (`--warmstart-from OTHER`), seed S starts from `OTHER/seed-S/warmstart/` instead, once that
+  warm start is finished and its config equals this one outside `train` and `backtest` (the sections a warm
+  start does not read): variants of a recipe's RL then start from the same models, a paired comparison;
 - `run/`: RL training from the warm start's model (`r1trade train`); finished once the checkpoint of step
   `train.updates` is in place. A run stopped after a checkpoint continues from its last one (`train
   --resume`); one stopped before its first checkpoint starts over;
@@ -122,27 +125,34 @@ def run_seeds(
     out_dir: Path | None = None,
     metric: str = DEFAULT_METRIC,
     every: int = 1,
+    warm_from: Path | None = None,
     console: Console | None = None,
 ) -> SeedsOutcome:
     """Run config `config` with `overrides` for each of `seeds` into `out_dir` (default: `default_out_dir`),
-    skipping what an earlier call finished, then write `OUT/seeds.json`; `warm`: see `wants_warmstart`."""
+    skipping what an earlier call finished, then write `OUT/seeds.json`; `warm`: see `wants_warmstart`;
+    `warm_from`: another seeds folder whose warm starts to start from (see the module's docstring)."""
     console = console or Console()
     base = load_config(config, list(overrides))
     check_selectable(base, f"config '{config}'")
     warm = wants_warmstart(base, warm)
+    if warm_from is not None and not warm:
+        raise UsageError("--warmstart-from needs a warm start: drop --no-warmstart, or give the config a warmstart")
     out_dir = out_dir or default_out_dir(base)
-    for seed in seeds:  # every seed's config is valid before anything runs
-        seed_config(config, overrides, seed)
+    for seed in seeds:  # every seed's config is valid, and every borrowed warm start fits, before anything runs
+        trained = seed_config(config, overrides, seed)
+        if warm_from is not None:
+            borrowed_warm_start(warm_from / f"seed-{seed}" / WARMSTART_DIR, trained)
     results = []
     with locked_run_folder(out_dir):
         for number, seed in enumerate(seeds, start=1):
             console.print(f"[bold]seed {seed}[/bold] ({number} of {len(seeds)})")
             folder = out_dir / f"seed-{seed}"
             results.append(_run_seed(config, overrides, seed, folder, warm=warm, metric=metric, every=every,
-                                     console=console))
+                                     warm_from=warm_from, console=console))
         spreads = spread_by_figure({r.seed: r.figures for r in results}, FIGURES)
         summary = {
-            "config": config, "overrides": list(overrides), "warmstart": warm, "chosen_on": "validation",
+            "config": config, "overrides": list(overrides), "warmstart": warm,
+            **({"warmstart_from": str(warm_from)} if warm_from is not None else {}), "chosen_on": "validation",
             "metric": metric, "tested_on": "test", "seeds": [r.to_dict() for r in results],
             "summary": {name: spread and spread.to_dict() for name, spread in spreads.items()},
         }
@@ -155,14 +165,36 @@ def seed_config(config: str, overrides: Sequence[str], seed: int, *more: str) ->
     return load_config(config, [*overrides, f"seed={seed}", f"model.tiny_seed={seed}", *more])
 
 
+def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
+    """The model of the finished warm start in `warm_dir`, which must have run `config` outside `train` and
+    `backtest`; otherwise a UsageError saying what does not fit."""
+    if not (warm_dir / WARMSTART_LOG).is_file():
+        raise UsageError(f"--warmstart-from: '{warm_dir}' holds no finished warm start (no {WARMSTART_LOG})")
+    try:
+        theirs = load_config(warm_dir / "config.yaml", [])
+    except UsageError as error:
+        raise UsageError(f"--warmstart-from: '{warm_dir / 'config.yaml'}': {error}") from None
+    unread = {"train", "backtest"}
+    if theirs.model_dump(exclude=unread) != config.model_dump(exclude=unread):
+        raise UsageError(
+            f"--warmstart-from: the warm start in '{warm_dir}' ran another config (it differs outside train and "
+            "backtest), so it is not this recipe's warm start"
+        )
+    return warm_dir / "model"
+
+
 def _run_seed(
     config: str, overrides: Sequence[str], seed: int, folder: Path, *, warm: bool, metric: str, every: int,
-    console: Console,
+    warm_from: Path | None, console: Console,
 ) -> SeedResult:
     """One seed's stages, each skipped when its last file is there and no stage before it ran."""
     ran = False
     trained = seed_config(config, overrides, seed)
-    if warm:
+    if warm and warm_from is not None:
+        borrowed = borrowed_warm_start(warm_from / f"seed-{seed}" / WARMSTART_DIR, trained)
+        _say(console, seed, f"starting from the warm start in {borrowed}")
+        trained = seed_config(config, overrides, seed, f"model.name_or_path={json.dumps(str(borrowed))}")
+    elif warm:
         warm_dir = folder / WARMSTART_DIR
         _refuse_other_config(warm_dir, trained)
         if (warm_dir / WARMSTART_LOG).is_file():
