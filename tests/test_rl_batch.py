@@ -112,3 +112,24 @@ def test_top_group_filter_keeps_the_high_variance_group():
     kept = filter_top_groups(batch, keep_frac=0.5)
     assert kept.group.tolist() == [0, 0, 0] and kept.trajectory.tolist() == [0, 0, 1]
     assert kept.input_ids.shape == (3, 5)
+
+
+def test_micro_batches_by_length_pad_rows_of_similar_length_with_groups_side_by_side():
+    """Lengths [9, 3, 7, 4] in groups [0, 1, 0, 1]: group 1 (longest 4) first, its rows 3 then 4 tokens long, then
+    group 0 (longest 9), 7 then 9: rows [1, 3, 2, 0], cut by 2 into [1, 3] and [2, 0]. Singleton groups: by
+    length alone. Drawn order: the rows as they come."""
+    from r1trade.rl.batch import RolloutBatch
+
+    lengths, groups = [9, 3, 7, 4], [0, 1, 0, 1]
+    width = max(lengths)
+    zeros = torch.zeros(4, width)
+    batch = RolloutBatch(
+        input_ids=torch.ones(4, width, dtype=torch.long),
+        attention_mask=torch.tensor([[1] * n + [0] * (width - n) for n in lengths]),
+        action_mask=zeros.long(), old_logprobs=zeros, rewards=zeros, trajectory=torch.arange(4),
+        group=torch.tensor(groups), turn=zeros.long() - 1, decision=zeros.long() - 1,
+    )
+    assert [rows.tolist() for rows in batch.micro_batches(2, by_length=True)] == [[1, 3], [2, 0]]
+    assert [rows.tolist() for rows in batch.micro_batches(3)] == [[0, 1, 2], [3]]
+    batch.group = torch.tensor([10, 11, 12, 13])
+    assert [rows.tolist() for rows in batch.micro_batches(3, by_length=True)] == [[1, 3, 2], [0]]

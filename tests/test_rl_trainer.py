@@ -42,6 +42,15 @@ class VowelEnv:
         return following, reward, self.t >= self.turns, False, info
 
 
+class RaggedEnv(VowelEnv):
+    """VowelEnv whose first observation's length follows the episode's seed: rows of several lengths."""
+
+    def reset(self, seed=None, options=None):
+        messages, info = super().reset(seed, options)
+        messages[-1]["content"] += " go" * (seed % 7)
+        return messages, info
+
+
 def make_config(**train) -> Config:
     overrides = [
         "model.name_or_path=tiny-random", "model.lora.enabled=false", "rollout.num_envs=8",
@@ -293,3 +302,32 @@ def test_the_look_anchor_schedule_reaches_the_loss(tmp_path: Path, monkeypatch):
     make_trainer(config, tmp_path).train()
     half = len(seen) // 2  # the same number of micro-batches in each update
     assert half > 0 and seen[:half] == [0.5] * half and seen[half:] == [None] * half
+
+
+def test_micro_batches_cut_by_length_give_the_same_scores_and_step(tmp_path: Path):
+    """`micro_batch_order: length` only regroups the rows of each gradient-accumulation pass: the scores come back
+    in row order and one update moves the weights as the drawn order does, up to float rounding."""
+    from r1trade.rl.advantages import compute_advantages
+    from r1trade.rl.batch import collate
+
+    outcomes = []
+    for order in ("drawn", "length"):
+        config = make_config(updates=1, micro_batch_order=order, minibatch_size=8, micro_batch_size=3, epochs=1)
+        models = load_agent_models(config.model, seed=config.seed)
+        trainer = Trainer(config, models, lambda n: [RaggedEnv(2) for _ in range(n)], tmp_path / order)
+        rollout = collate(trainer.rollout(), pad_id=trainer.engine.pad_id)
+        scored = compute_advantages(trainer.score(rollout), trainer.config.train)
+        trainer.optimise(scored)
+        outcomes.append((scored, [p.detach().clone() for p in trainer.models.policy.parameters()]))
+    (drawn, drawn_weights), (by_length, length_weights) = outcomes
+    lengths = drawn.attention_mask.sum(dim=1)
+    assert len(set(lengths.tolist())) > 1  # rows of several lengths: the two cuts differ
+    assert torch.equal(drawn.input_ids, by_length.input_ids)
+    sampled, valued = drawn.action_mask.bool(), drawn.value_mask.bool()
+    for name, where in (("old_logprobs", sampled), ("ref_logprobs", sampled), ("advantages", sampled),
+                        ("old_values", valued)):  # what the loss reads; a micro-batch's trimmed tail is not
+        torch.testing.assert_close(getattr(by_length, name)[where], getattr(drawn, name)[where], msg=name)
+    # Adam's first step divides each gradient by its own size, so an element whose gradient is ~0 turns rounding
+    # into up to a step (lr 0.003): allow 1e-4, a thirtieth of one
+    for a, b in zip(drawn_weights, length_weights, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)

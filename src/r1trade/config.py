@@ -501,6 +501,11 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(
         2, ge=1, le=MAX_BATCH, description="segments per forward/backward (gradient accumulation)"
     )
+    micro_batch_order: Literal["drawn", "length"] = Field(
+        "drawn", description="drawn: micro-batches cut in the minibatch's order; length: cut so that each pads "
+        "its rows to a similar length (groups by their longest row, rows by length), which cuts the attention "
+        "over padding; the gradient is the same up to float rounding"
+    )
     gamma: float = Field(1.0, ge=0, le=1)
     turn_gamma: float | None = Field(
         None, ge=0, le=1, description="credit per turn: the discount between turns of one decision (an "

@@ -45,6 +45,28 @@ class RolloutBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return RolloutBatch(**{k: (v.to(device) if v is not None else None) for k, v in moved.items()})
 
+    def micro_batches(self, size: int, *, by_length: bool = False) -> list[torch.Tensor]:
+        """Row indices of micro-batches of at most `size` rows: in row order, or `by_length` cut so that each
+        pads its rows to a similar length: groups ordered by their longest row and rows within a group by
+        length, a group's rows side by side (they share more prefix). Attention over padded columns is most of a
+        long row's cost, and the trainer weighs each micro-batch by its share of the tokens, so the cut changes
+        only float rounding.
+
+        For example rows of lengths [9, 3, 7, 4] in groups [0, 1, 0, 1] are visited by length as [1, 3, 2, 0]
+        (group 1, longest 4: rows of 3 then 4 tokens; group 0, longest 9: 7 then 9), cut by 2 into [1, 3] and
+        [2, 0].
+        """
+        order = torch.arange(self.rows)
+        if by_length:
+            lengths = self.attention_mask.sum(dim=1).cpu()  # (R,)
+            _, group = torch.unique(self.group.cpu(), return_inverse=True)  # (R,) dense ids
+            groups = int(group.max()) + 1
+            longest = torch.zeros(groups, dtype=lengths.dtype).scatter_reduce(0, group, lengths, "amax")  # (G,)
+            order = torch.argsort(lengths, stable=True)
+            key = longest[group[order]] * groups + group[order]  # by the group's longest row, then its id
+            order = order[torch.argsort(key, stable=True)]
+        return [order[start : start + size] for start in range(0, len(order), size)]
+
     def select(self, rows: torch.Tensor) -> RolloutBatch:
         """The sub-batch of the given row indices (trailing all-padding columns trimmed)."""
         picked = {f.name: getattr(self, f.name) for f in fields(self)}

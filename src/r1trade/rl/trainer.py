@@ -204,7 +204,8 @@ class Trainer:
         reuse = cfg.old_logprobs == "rollout" and cfg.loss_mask
         old_logprobs, ref_logprobs, values = [], [], []
         temperature = self._temperature()
-        for rows in _chunks(batch.rows, cfg.micro_batch_size):
+        micro_batches = batch.micro_batches(cfg.micro_batch_size, by_length=cfg.micro_batch_order == "length")
+        for rows in micro_batches:
             micro = self._through_last_action(batch.select(rows))
             ids, mask, scored = micro.input_ids, micro.attention_mask, self._scored(micro.action_mask)
             if self.uses_critic or not reuse:
@@ -220,10 +221,11 @@ class Trainer:
                     reference, ids, mask, token_mask=scored, temperature=temperature, chunk_size=cfg.logprob_chunk,
                     share_prefix=cfg.share_prefix,
                 ))
+        order = torch.cat(micro_batches)
         if not reuse:
-            batch.old_logprobs = _stack(old_logprobs, tuple(batch.input_ids.shape))
-        batch.ref_logprobs = _stack(ref_logprobs, tuple(batch.input_ids.shape))
-        batch.old_values = _stack(values, tuple(batch.input_ids.shape)) if self.uses_critic else None
+            batch.old_logprobs = _stack(old_logprobs, order, tuple(batch.input_ids.shape))
+        batch.ref_logprobs = _stack(ref_logprobs, order, tuple(batch.input_ids.shape))
+        batch.old_values = _stack(values, order, tuple(batch.input_ids.shape)) if self.uses_critic else None
         return batch
 
     def optimise(self, batch: RolloutBatch) -> dict:
@@ -269,7 +271,7 @@ class Trainer:
         positions = minibatch.value_mask.sum().clamp(min=1) if self.uses_critic else None
         stats: dict[str, float] = {}
         total_loss = 0.0
-        micro_batches = _chunks(minibatch.rows, cfg.micro_batch_size)
+        micro_batches = minibatch.micro_batches(cfg.micro_batch_size, by_length=cfg.micro_batch_order == "length")
         padding = self.distributed.padding_micro_batches(len(micro_batches))
         for rows in micro_batches:
             micro = minibatch.select(rows)
@@ -389,12 +391,13 @@ def _episode_seed(seed: int, update: int, group: int) -> int:
     return (seed * 1_000_003 + update * 10_007 + group) % (2**31 - 1)
 
 
-def _stack(pieces: list[torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:
-    """Micro-batch outputs (r, t ≤ T) stacked into (R, T), zeros after each piece's last column."""
+def _stack(pieces: list[torch.Tensor], order: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """Micro-batch outputs (r, t ≤ T), of rows `order` in turn, put back into (R, T) in the batch's row order;
+    zeros after each piece's last column."""
     out = pieces[0].new_zeros(shape)
     start = 0
     for piece in pieces:
-        out[start : start + piece.shape[0], : piece.shape[1]] = piece
+        out[order[start : start + piece.shape[0]].to(out.device), : piece.shape[1]] = piece
         start += piece.shape[0]
     return out
 
@@ -408,6 +411,3 @@ def _epoch_order(group: torch.Tensor, by: str, generator: torch.Generator) -> to
     shuffled = groups[torch.randperm(len(groups), generator=generator)]
     return torch.cat([(group == g).nonzero().flatten() for g in shuffled])
 
-
-def _chunks(n: int, size: int) -> list[torch.Tensor]:
-    return [torch.arange(start, min(start + size, n)) for start in range(0, n, size)]
