@@ -38,6 +38,7 @@ def test_the_highest_figure_wins() -> None:
     assert best_step({10: 52.5, 20: 61.0, 30: 57.25}) == 20
     assert best_step({1: -3.0, 2: -1.0}) == 2  # a figure below zero (a return) is still "higher is better"
     assert best_step({7: 50.0}) == 7
+    assert best_step({10: 0.52, 20: 0.31, 30: 0.31, 40: 0.9}, lower_is_better=True) == 20  # a penalty: lowest, earliest
 
 
 def test_a_tie_goes_to_the_earliest_step() -> None:

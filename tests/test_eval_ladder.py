@@ -56,6 +56,8 @@ def test_a_record_joins_held_out_rows_with_the_training_cost(tmp_path: Path) -> 
         "signal_call_rate": 0.9, "warmstart_signal_call_rate": None,
         "forced_hold_rate": 0.025, "warmstart_forced_hold_rate": 0.3,
         "direction_accuracy_by_decision": [0.8, 0.775], "seed": None,  # 2-decision windows: 80 % then 77.5 %
+        "mandate_penalty": None, "warmstart_mandate_penalty": None, "vol_target_rule_penalty": None,
+        "best_constant_penalty": None, "realised_volatility_pct": None, "target_volatility_pct": None,
         "updates": 3, "train_minutes": 7.0, "command": "r1trade backtest ...",
     }
 
@@ -70,6 +72,35 @@ def test_a_policy_that_never_called_get_changes_has_a_signal_rate_of_0(tmp_path:
     record = ladder_record(report, checkpoint, level="tool_gated", variant="v", model="m", command="c")
     assert record["signal_call_rate"] == 0.0
     assert record["warmstart_signal_call_rate"] is None  # its row has no information rows at all
+
+
+def test_a_mandate_record_holds_the_penalties_of_the_agent_its_warm_start_and_the_baselines(
+    tmp_path: Path, capsys
+) -> None:
+    report, checkpoint = _fixture(tmp_path)
+    document = json.loads((report / "metrics.json").read_text())
+    rows = document["strategies"]
+    penalty = lambda value, volatility=None: {"Mandate Penalty": value, "Realised Volatility [%]": volatility,
+                                              "Target Volatility [%]": 40.0}
+    rows["agent (step-3)"].update(penalty(0.25, 41.5))
+    rows["base model"].update(penalty(0.75))
+    rows["vol_target"] = {**_row(None, 5.0), **penalty(0.2)}
+    rows["best_constant"] = {**_row(None, 4.0), **penalty(0.45)}
+    (report / "metrics.json").write_text(json.dumps(document))
+    record = ladder_record(report, checkpoint, level="vol_target", variant="v", model="m", command="c", seed=1)
+    assert {k: record[k] for k in ("level", "mandate_penalty", "warmstart_mandate_penalty", "vol_target_rule_penalty",
+                                   "best_constant_penalty", "realised_volatility_pct", "target_volatility_pct")} == {
+        "level": "vol_target", "mandate_penalty": 0.25, "warmstart_mandate_penalty": 0.75,
+        "vol_target_rule_penalty": 0.2, "best_constant_penalty": 0.45, "realised_volatility_pct": 41.5,
+        "target_volatility_pct": 40.0,
+    }
+    path = tmp_path / "ladder.json"
+    add_record(path, record)
+    add_record(path, {**record, "seed": 2, "mandate_penalty": 0.35})
+    assert main(["ladder-summary", "--level", "vol_target", "--ladder", str(path)]) == 0
+    out = capsys.readouterr().out
+    # penalties 0.25 and 0.35: mean 0.300, sd 0.1 / sqrt(2) = 0.071
+    assert "| Mandate Penalty |" in out and "0.300 ± 0.071 [0.250, 0.350]" in out and "0.450" in out
 
 
 def test_records_replace_their_level_and_variant_and_keep_the_rest(tmp_path: Path) -> None:

@@ -119,7 +119,12 @@ def test_figures_of_a_report() -> None:
     # the gain is over the model RL started from: 61.5 - 45.0 = 16.5 points
     assert seed_figures(document) == {
         "Direction Accuracy [%]": 61.5, GAIN: 16.5, "Return [%]": -2.25, "Info Calls [%]": 80.0,
-        "Tool Calls: get_changes [%]": 75.0,
+        "Tool Calls: get_changes [%]": 75.0, "Mandate Penalty": None, "Realised Volatility [%]": None,
+    }
+    mandate = {"strategies": {"agent (step-10)": {"Mandate Penalty": 0.25, "Realised Volatility [%]": 38.5},
+                              "base model": {"Mandate Penalty": 0.6}}}
+    assert {k: v for k, v in seed_figures(mandate).items() if v is not None} == {
+        "Mandate Penalty": 0.25, "Realised Volatility [%]": 38.5,
     }
     plain = {"strategies": {"agent (step-2)": {"Direction Accuracy [%]": 50.0, "Return [%]": 1.0},
                             "base model": {"Direction Accuracy [%]": None, "Return [%]": 0.5}}}
@@ -271,3 +276,15 @@ def test_bad_input_is_one_line_and_runs_nothing(
     err = capsys.readouterr().err
     assert code == 2 and message in err and one_line(err), err
     assert not out.exists()
+
+
+def test_a_penalty_s_worst_seed_is_its_highest() -> None:
+    """Mandate penalties 0.30, 0.50, 0.20 over seeds 0-2: mean 1.0 / 3, worst 0.50 at seed 1 (lower is better);
+    the same numbers as an accuracy have their worst at seed 2."""
+    values = {0: 0.30, 1: 0.50, 2: 0.20}
+    penalty = seed_spread(values, lower_is_better=True)
+    assert penalty is not None and (penalty.worst, penalty.worst_seed) == (0.50, 1)
+    assert penalty.mean == pytest.approx(1.0 / 3)
+    spreads = spread_by_figure({s: {"Mandate Penalty": v, "Return [%]": v} for s, v in values.items()},
+                               ["Mandate Penalty", "Return [%]"], lower_is_better={"Mandate Penalty"})
+    assert spreads["Mandate Penalty"].worst_seed == 1 and spreads["Return [%]"].worst_seed == 2

@@ -44,7 +44,9 @@ BASE_MODEL = "base-model"
 LADDER = Path("docs/results/ladder.json")
 LADDER_COLUMNS = {"direction_accuracy": "Direction Accuracy [%]", "signal_call_rate": "get_changes called [%]",
                   "info_call_rate": "Info Calls [%]", "forced_hold_rate": "Forced Holds [%]",
-                  "return_pct": "Return [%]"}
+                  "return_pct": "Return [%]", "mandate_penalty": "Mandate Penalty",
+                  "warmstart_mandate_penalty": "warm start's penalty", "vol_target_rule_penalty": "vol_target rule's",
+                  "best_constant_penalty": "best constant's", "realised_volatility_pct": "Realised Volatility [%]"}
 
 ConfigOption = Annotated[
     str | None, typer.Option("--config", "-c", help="config name in configs/ (e.g. btc_momentum) or a YAML path")
@@ -523,7 +525,7 @@ def probe_run_command(
 def ladder_record_command(
     report: Annotated[Path, typer.Option(help="a backtest report directory (its metrics.json)")],
     checkpoint: Annotated[Path, typer.Option(help="the evaluated checkpoint, runs/<name>/checkpoints/step-N")],
-    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated or multi_decision")],
+    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated, multi_decision or vol_target")],
     variant: Annotated[str, typer.Option(help="what the run is, e.g. 'rloo turn-level, full masks, seed 0'")],
     command: Annotated[str, typer.Option(help="the backtest command that wrote the report")],
     model: Annotated[str, typer.Option(help="the model and adapter, as the record should name them")],
@@ -547,31 +549,32 @@ def ladder_record_command(
 
 @app.command("ladder-summary")
 def ladder_summary_command(
-    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated or multi_decision")],
+    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated, multi_decision or vol_target")],
     prefix: Annotated[str, typer.Option(help="only variants whose name starts with this")] = "",
     ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
 ) -> None:
     """Each variant's held-out figures over its seeds, mean ± standard deviation [range], as a Markdown table (the
     ablation tables of docs/results.md)."""
-    from r1trade.eval.ladder import LEVELS, SUMMARY_FIELDS, read_ladder, summarise
+    from r1trade.eval.ladder import LEVELS, read_ladder, summarise, summary_fields
 
     if level not in LEVELS:
         raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
     rows = summarise(read_ladder(ladder), level=level, prefix=prefix)
     if not rows:
         raise UsageError(f"{ladder} has no {level} records whose variant starts with '{prefix}'")
-    header = ["variant", "seeds", *(LADDER_COLUMNS[field] for field in SUMMARY_FIELDS)]
-    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * len(SUMMARY_FIELDS)]
+    fields = summary_fields(level)
+    header = ["variant", "seeds", *(LADDER_COLUMNS[field] for field in fields)]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * len(fields)]
     for row in rows:
         cells = [row["variant"], " ".join(map(str, row["seeds"])) or "—",
-                 *(_spread_text(row[field], field) for field in SUMMARY_FIELDS)]
+                 *(_spread_text(row[field], field) for field in fields)]
         lines.append("| " + " | ".join(cells) + " |")
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("overfitting")
 def overfitting_command(
-    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated or multi_decision")],
+    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated, multi_decision or vol_target")],
     ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
     prefix: Annotated[str, typer.Option(help="only variants whose name starts with this")] = "",
     blocks: Annotated[int, typer.Option(help="S: the even number of blocks CSCV cuts the decisions into")] = 16,
@@ -602,12 +605,15 @@ def overfitting_command(
 
 
 def _spread_text(spread: dict | None, field: str) -> str:
-    """`mean ± sd [min, max]`, in percent for the rates."""
+    """`mean ± sd [min, max]`, in percent for the rates; penalties as they are, to three decimals."""
     if spread is None:
         return "—"
-    scale = 1.0 if field == "return_pct" else 100.0
+    penalty = field.endswith("penalty")
+    scale = 1.0 if field.endswith("_pct") or penalty else 100.0
     mean, sd, low, high = (scale * spread[k] for k in ("mean", "sd", "min", "max"))
-    return f"{mean:.1f} ± {sd:.1f} [{low:.1f}, {high:.1f}]" if spread["n"] > 1 else f"{mean:.1f}"
+    digits = 3 if penalty else 1
+    return (f"{mean:.{digits}f} ± {sd:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]" if spread["n"] > 1
+            else f"{mean:.{digits}f}")
 
 
 @app.command()
@@ -859,8 +865,8 @@ def seeds_command(
     metric: MetricOption = LADDER_COLUMNS["direction_accuracy"],
     every: EveryOption = 1,
     ladder: Annotated[Path | None, typer.Option(help="also add a record per seed to this ladder")] = None,
-    level: Annotated[str | None, typer.Option(help="with --ladder: planted_edge, btc, tool_gated or "
-                                                   "multi_decision")] = None,
+    level: Annotated[str | None, typer.Option(help="with --ladder: planted_edge, btc, tool_gated, "
+                                                   "multi_decision or vol_target")] = None,
     variant: Annotated[str | None, typer.Option(help="with --ladder: the records' variant (default: the "
                                                      "--out folder's name)")] = None,
     warm_from: Annotated[
@@ -910,29 +916,38 @@ def seeds_command(
 
 def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
     """Each seed's chosen step and figures, then each figure's mean, sd, worst seed and IQM (short headers:
-    the full names are in seeds.json)."""
+    the full names are in seeds.json); a figure no seed's report has (the mandate's outside its rung) is left
+    out."""
+    from r1trade.backtest.report import MANDATE_PENALTY, REALISED_VOLATILITY
     from r1trade.eval.ladder import SIGNAL_ROW
     from r1trade.seeds import ACCURACY, FIGURES, GAIN, INFO_CALLS, RETURN
 
     headers = {ACCURACY: "accuracy [%]", GAIN: "gain [pp]", RETURN: "return [%]",
-               INFO_CALLS: "info calls [%]", SIGNAL_ROW: "get_changes [%]"}
+               INFO_CALLS: "info calls [%]", SIGNAL_ROW: "get_changes [%]", MANDATE_PENALTY: "penalty",
+               REALISED_VOLATILITY: "volatility [%]"}
+    shown = [f for f in FIGURES if any(result.figures.get(f) is not None for result in outcome.results)]
 
     def cell(value: float | None, figure: str) -> str:
-        return "—" if value is None else f"{value:+.1f}" if figure in (GAIN, RETURN) else f"{value:.1f}"
+        if value is None:
+            return "—"
+        return f"{value:+.1f}" if figure in (GAIN, RETURN) else f"{value:.3f}" if figure == MANDATE_PENALTY \
+            else f"{value:.1f}"
 
-    table = Table(title=title, title_justify="left", caption="accuracy: direction accuracy; gain: its points "
-                  "over the model RL started from (the warm start)", caption_justify="left")
+    caption = "accuracy: direction accuracy; gain: its points over the model RL started from (the warm start)"
+    if MANDATE_PENALTY in shown:
+        caption += "; penalty: the mandate's mean miss (lower is better, its worst seed the highest)"
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     table.add_column("seed")
     table.add_column("step", justify="right")
-    for figure in FIGURES:
+    for figure in shown:
         table.add_column(escape(headers[figure]), justify="right")
     for result in outcome.results:
-        table.add_row(str(result.seed), str(result.step), *(cell(result.figures[f], f) for f in FIGURES))
-    spreads = [outcome.spreads[figure] for figure in FIGURES]
+        table.add_row(str(result.seed), str(result.step), *(cell(result.figures[f], f) for f in shown))
+    spreads = [outcome.spreads[figure] for figure in shown]
     table.add_section()
     for label, field in (("mean", "mean"), ("sd", "sd"), ("worst", "worst"), ("IQM", "iqm")):
         values = [None if spread is None else getattr(spread, field) for spread in spreads]
-        table.add_row(label, "", *(cell(v, figure) for v, figure in zip(values, FIGURES, strict=True)))
+        table.add_row(label, "", *(cell(v, figure) for v, figure in zip(values, shown, strict=True)))
     table.add_row("worst seed", "", *("—" if s is None else str(s.worst_seed) for s in spreads))
     return table
 

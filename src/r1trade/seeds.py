@@ -32,6 +32,7 @@ from typing import Any
 
 from rich.console import Console
 
+from r1trade.backtest.report import LOWER_IS_BETTER, MANDATE_PENALTY, REALISED_VOLATILITY
 from r1trade.backtest.runner import run_backtest
 from r1trade.backtest.step_selection import (
     DEFAULT_METRIC,
@@ -60,8 +61,9 @@ STARTING_ROW = "base model"
 ACCURACY, GAIN, RETURN, INFO_CALLS = (
     "Direction Accuracy [%]", "Direction Accuracy Gain [pp]", "Return [%]", "Info Calls [%]",
 )
-FIGURES = (ACCURACY, GAIN, RETURN, INFO_CALLS, SIGNAL_ROW)
-"""The held-out figures of each seed; the gain is over the model RL started from, in percentage points."""
+FIGURES = (ACCURACY, GAIN, RETURN, INFO_CALLS, SIGNAL_ROW, MANDATE_PENALTY, REALISED_VOLATILITY)
+"""The held-out figures of each seed; the gain is over the model RL started from, in percentage points. The
+mandate's rows are there only under `env.mandate: vol_target`."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def run_seeds(
             folder = out_dir / f"seed-{seed}"
             results.append(_run_seed(config, overrides, seed, folder, warm=warm, metric=metric, every=every,
                                      warm_from=warm_from, console=console))
-        spreads = spread_by_figure({r.seed: r.figures for r in results}, FIGURES)
+        spreads = spread_by_figure({r.seed: r.figures for r in results}, FIGURES, lower_is_better=LOWER_IS_BETTER)
         summary = {
             "config": config, "overrides": list(overrides), "warmstart": warm,
             **({"warmstart_from": str(warm_from)} if warm_from is not None else {}), "chosen_on": "validation",
@@ -254,6 +256,8 @@ def seed_figures(document: dict[str, Any]) -> dict[str, float | None]:
         RETURN: _number(agent.get(RETURN)),
         INFO_CALLS: _number(agent.get(INFO_CALLS)),
         SIGNAL_ROW: _number(agent.get(SIGNAL_ROW)),
+        MANDATE_PENALTY: _number(agent.get(MANDATE_PENALTY)),
+        REALISED_VOLATILITY: _number(agent.get(REALISED_VOLATILITY)),
     }
 
 

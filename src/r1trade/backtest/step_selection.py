@@ -3,7 +3,8 @@ split.
 
 Each chosen checkpoint plays the split greedily exactly as `r1trade backtest --checkpoint step-N --split
 validation --strategy buy_and_hold` plays it (the run's own config), and the step whose agent row has the
-highest figure of the metric wins; a tie goes to the earliest step (the same figure for less training), and a
+best figure of the metric wins (the highest, or the lowest for a row of `LOWER_IS_BETTER` such as the
+mandate's penalty); a tie goes to the earliest step (the same figure for less training), and a
 step whose figure is not a number never wins. The test split is refused: a step picked on it would make the
 test figure the best of several tries. The figures and the choice go to `RUN/selected_step.json`, written last
 and whole.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from r1trade.backtest.report import LOWER_IS_BETTER
 from r1trade.backtest.runner import run_backtest
 from r1trade.config import Config, load_config
 from r1trade.errors import UsageError
@@ -58,16 +60,20 @@ class StepSelection:
         }
 
 
-def best_step(figures: Mapping[int, float]) -> int:
-    """The step with the highest figure, the earliest of equals; NaN never wins.
+def best_step(figures: Mapping[int, float], *, lower_is_better: bool = False) -> int:
+    """The step with the highest figure (the lowest with `lower_is_better`), the earliest of equals; NaN never
+    wins.
 
     >>> best_step({10: 55.0, 20: 60.0, 30: 60.0, 40: float("nan")})
+    20
+    >>> best_step({10: 0.4, 20: 0.3, 30: 0.3}, lower_is_better=True)
     20
     """
     numbers = {step: value for step, value in figures.items() if not math.isnan(value)}
     if not numbers:
         raise UsageError("no evaluated step has a number for the metric: choose another --metric")
-    return min(numbers, key=lambda step: (-numbers[step], step))
+    sign = 1 if lower_is_better else -1
+    return min(numbers, key=lambda step: (sign * numbers[step], step))
 
 
 def steps_to_evaluate(steps: Sequence[int], every: int) -> list[int]:
@@ -125,7 +131,8 @@ def select_step(
             figures[step] = _figure(config, checkpoints[step], metric)
             if on_step is not None:
                 on_step(step, figures[step])
-        selection = StepSelection(run_dir, split, metric, every, figures, best_step(figures))
+        chosen = best_step(figures, lower_is_better=metric in LOWER_IS_BETTER)
+        selection = StepSelection(run_dir, split, metric, every, figures, chosen)
         write_file(run_dir / SELECTION_FILE, json.dumps(selection.to_dict(), indent=1) + "\n")
     return selection
 

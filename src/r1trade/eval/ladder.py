@@ -3,14 +3,17 @@
 A record joins what a held-out backtest measured (its `metrics.json`) with what the training run cost (its
 `metrics.jsonl` up to the checkpoint that was evaluated):
 
-    {"level": "planted_edge" | "btc" | "tool_gated" | "multi_decision", "variant": str, "model": str,
+    {"level": "planted_edge" | "btc" | "tool_gated" | "multi_decision" | "vol_target", "variant": str, "model": str,
      "heldout_decisions": int, "direction_accuracy": float (0-1), "return_pct": float,
      "warmstart_direction_accuracy": float, "warmstart_return_pct": float, "oracle_return_pct": float | null,
      "buy_and_hold_return_pct": float, "info_call_rate": float | null, "warmstart_info_call_rate": float | null,
      "signal_call_rate": float | null, "warmstart_signal_call_rate": float | null,
      "forced_hold_rate": float | null, "warmstart_forced_hold_rate": float | null,
-     "direction_accuracy_by_decision": [float, ...] | null, "seed": int | null,
-     "updates": int, "train_minutes": float, "command": str}
+     "direction_accuracy_by_decision": [float, ...] | null, "mandate_penalty": float | null,
+     "warmstart_mandate_penalty": float | null, "vol_target_rule_penalty": float | null,
+     "best_constant_penalty": float | null, "realised_volatility_pct": float | null,
+     "target_volatility_pct": float | null, "seed": int | null, "updates": int, "train_minutes": float,
+     "command": str}
 
 `info_call_rate` is the share of held-out decisions whose trade followed an information call (the report's
 `Info Calls [%]` as a fraction; null where the report has none); `signal_call_rate` the share that called the
@@ -18,7 +21,9 @@ informative tool (`get_changes`; reports list every tool offered, 0 % included; 
 `forced_hold_rate` is the share of decisions that ended without a valid order (counted wrong in the accuracy:
 where RL mostly repairs the format, this is where the accuracy moves). `direction_accuracy_by_decision` holds the
 accuracy at decision 1, 2, ... of the report's windows where they have several decisions. `seed` tells apart the
-seeds of one variant (null: one run).
+seeds of one variant (null: one run). The mandate's fields (the volatility-target rung, level `vol_target`) hold
+the report's `Mandate Penalty` of the agent, of its warm start and of the `vol_target` and `best_constant`
+baselines, and the agent's realised and target volatility; null where the report has no mandate.
 
 `train_minutes` adds up the rollout, scoring and optimisation seconds of every update the checkpoint has seen
 (checkpoint writes and start-up excluded). A record with the same level, variant and seed as an older one
@@ -37,7 +42,7 @@ from r1trade.errors import UsageError
 from r1trade.outputs import write_file
 from r1trade.rl.metrics_log import METRICS_FILE, read_records
 
-Level = Literal["planted_edge", "btc", "tool_gated", "multi_decision"]
+Level = Literal["planted_edge", "btc", "tool_gated", "multi_decision", "vol_target"]
 LEVELS: tuple[str, ...] = Level.__args__
 PHASES = ("rollout_seconds", "score_seconds", "update_seconds")
 AGENT_PREFIX = "agent ("
@@ -45,6 +50,14 @@ SIGNAL_ROW = f"Tool Calls: {SIGNAL_TOOL} [%]"
 FORCED_HOLD_ROW = "Action Mix: Forced Hold [%]"
 BY_DECISION_ROW = "Direction Accuracy, decision {} [%]"
 SUMMARY_FIELDS = ("direction_accuracy", "signal_call_rate", "info_call_rate", "forced_hold_rate", "return_pct")
+MANDATE_SUMMARY_FIELDS = ("mandate_penalty", "warmstart_mandate_penalty", "vol_target_rule_penalty",
+                          "best_constant_penalty", "realised_volatility_pct", "return_pct")
+MANDATE_BASELINES = {"vol_target_rule_penalty": "vol_target", "best_constant_penalty": "best_constant"}
+
+
+def summary_fields(level: str) -> tuple[str, ...]:
+    """The fields `summarise` spreads for `level`: the mandate's on the volatility-target rung."""
+    return MANDATE_SUMMARY_FIELDS if level == "vol_target" else SUMMARY_FIELDS
 
 
 def ladder_record(
@@ -93,6 +106,11 @@ def ladder_record(
         "forced_hold_rate": _fraction(rows["agent"].get(FORCED_HOLD_ROW)),
         "warmstart_forced_hold_rate": _fraction(rows["warm start"].get(FORCED_HOLD_ROW)),
         "direction_accuracy_by_decision": _by_decision(rows["agent"]),
+        "mandate_penalty": rows["agent"].get("Mandate Penalty"),
+        "warmstart_mandate_penalty": rows["warm start"].get("Mandate Penalty"),
+        **{field: strategies.get(name, {}).get("Mandate Penalty") for field, name in MANDATE_BASELINES.items()},
+        "realised_volatility_pct": rows["agent"].get("Realised Volatility [%]"),
+        "target_volatility_pct": rows["agent"].get("Target Volatility [%]"),
         "seed": seed,
         "updates": updates,
         "train_minutes": round(seconds / 60, 1),
@@ -145,7 +163,8 @@ def read_ladder(path: Path) -> list[dict[str, Any]]:
 
 def summarise(records: list[dict[str, Any]], *, level: str, prefix: str = "") -> list[dict[str, Any]]:
     """One row per variant of `level` whose name starts with `prefix`, in first-seen order: its seeds and, for each
-    of SUMMARY_FIELDS, the mean, the sample standard deviation (0 for one seed) and the range over the seeds."""
+    of `summary_fields(level)`, the mean, the sample standard deviation (0 for one seed) and the range over the
+    seeds."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         if record.get("level") == level and record.get("variant", "").startswith(prefix):
@@ -154,7 +173,7 @@ def summarise(records: list[dict[str, Any]], *, level: str, prefix: str = "") ->
     for variant, runs in groups.items():
         seeds = sorted(r["seed"] for r in runs if r.get("seed") is not None)
         row: dict[str, Any] = {"variant": variant, "seeds": seeds}
-        for field in SUMMARY_FIELDS:
+        for field in summary_fields(level):
             values = [r[field] for r in runs if r.get(field) is not None]
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
                 raise UsageError(f"the '{variant}' records hold a '{field}' that is not a number")
