@@ -9,7 +9,7 @@ from agent_fixtures import TEXTS, TOOL_CALL, batch, perturb_trainable, tiny_conf
 
 from r1trade.models.loading import load_agent_models
 from r1trade.models.agent_models import trainable_parameters
-from r1trade.models.scoring import backbone_hidden, token_logprobs, token_logprobs_and_entropy
+from r1trade.models.scoring import backbone_hidden, causal_lm, token_logprobs, token_logprobs_and_entropy
 
 
 def naive_logprobs(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,15 +89,25 @@ def test_chunked_gradients_equal_the_naive_gradients() -> None:
     assert entropy.requires_grad
 
 
-def test_gradient_checkpointing_gives_the_same_gradients() -> None:
-    grads = []
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_gradient_checkpointing_recomputes_each_layer_and_gives_the_same_gradients(share_prefix: bool) -> None:
+    """The policy stays in eval mode, as the trainer keeps it: checkpointing must still happen (each layer's
+    attention runs again in the backward pass) and leave the gradients as they were."""
+    grads, calls = [], []
     for checkpointing in (False, True):
         models = load_agent_models(tiny_config(gradient_checkpointing=checkpointing), seed=0)
         perturb_trainable(models.policy)
-        models.policy.train()
+        assert not models.policy.training
         ids, mask = batch(models, TEXTS)
-        loss = token_logprobs(models.policy, ids, mask).sum()
+        attention = causal_lm(models.policy).get_decoder().layers[0].self_attn
+        count = []
+        hook = attention.register_forward_hook(lambda *_: count.append(1))
+        loss = token_logprobs(models.policy, ids, mask, share_prefix=share_prefix).sum()
         grads.append(torch.autograd.grad(loss, trainable_parameters(models)["policy"]))
+        hook.remove()
+        calls.append(len(count))
+        assert not any(m.training for m in models.policy.modules())  # eval mode is left as it was
+    assert calls == [1, 2]  # checkpointed: the forward pass, then its recomputation in the backward pass
     for plain, checkpointed in zip(*grads, strict=True):
         torch.testing.assert_close(plain, checkpointed, rtol=1e-5, atol=1e-7)
 

@@ -372,7 +372,8 @@ class ModelConfig(Section):
         " model, not the run)"
     )
     gradient_checkpointing: bool = Field(
-        False, description="recompute activations during the backward pass: less memory, slower updates"
+        False, description="recompute each decoder layer's activations during the backward pass: less memory, "
+        "slower updates; the gradient pass then runs every row in full (train.share_prefix applies to scoring only)"
     )
     cpu_kernels: Literal["auto", "off"] = Field(
         "auto",

@@ -8,6 +8,8 @@ are those the rollout recorded.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,6 +18,7 @@ from peft import PeftModel
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from r1trade.models.prefix import common_prefix_length, hidden_after_shared_prefix
@@ -44,17 +47,43 @@ def backbone_hidden(
     and the first observation too where the rows replay the same window) go through the model once for the
     batch (`hidden_after_shared_prefix`). The result, and its gradients, are those of the plain pass up to float
     rounding.
+
+    With activation checkpointing on (`model.gradient_checkpointing`) and gradients enabled, each decoder layer
+    keeps only its input and recomputes the rest in the backward pass (`checkpointed_layers`); every row then
+    runs in full, since the shared prefix's key/value cache would be written twice by the recomputation.
     """
     decoder = causal_lm(model).get_decoder()
     positions = position_ids_from_mask(attention_mask)  # (B, T)
-    shared = common_prefix_length(input_ids, attention_mask) if share_prefix else 0
+    checkpointed = checkpointed_layers(decoder) if torch.is_grad_enabled() else []
+    shared = common_prefix_length(input_ids, attention_mask) if share_prefix and not checkpointed else 0
     if shared:
         return hidden_after_shared_prefix(decoder, input_ids, attention_mask, positions, shared)
     # rows padded on the right only need no mask: causality alone keeps every real token from the padding,
     # and the causal kernel skips the masked half of the scores
     mask = None if right_padded(attention_mask) else attention_mask
-    output = decoder(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False)
+    with _training_flag(checkpointed):
+        output = decoder(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False)
     return output.last_hidden_state  # (B, T, H); padding positions hold values nothing reads
+
+
+def checkpointed_layers(decoder: nn.Module) -> list[GradientCheckpointingLayer]:
+    """The decoder layers set to checkpoint their activations (`activation_checkpointing_enable`)."""
+    return [m for m in decoder.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
+
+
+@contextmanager
+def _training_flag(layers: list[GradientCheckpointingLayer]) -> Iterator[None]:
+    """transformers checkpoints a layer only while that layer module is in training mode, and the policy stays in
+    eval mode (no dropout). So the flag is set on the layer modules alone, for one pass: their submodules
+    (attention, dropout) keep eval mode, and the outputs are those of eval mode."""
+    before = [layer.training for layer in layers]
+    for layer in layers:
+        layer.training = True
+    try:
+        yield
+    finally:
+        for layer, was in zip(layers, before, strict=True):
+            layer.training = was
 
 
 def right_padded(attention_mask: torch.Tensor) -> bool:
