@@ -236,6 +236,14 @@ def test_a_warm_started_seed(capsys, tmp_path: Path) -> None:
     assert "seed 3: warm start finished" in shown and "training finished (step-1), skipped" in shown
     assert mtimes(out / "seed-3") == finished
 
+    # a run saved before a config key existed (its config.yaml lacks the key) is the same config, not another
+    saved = out / "seed-3" / "run" / "config.yaml"
+    saved.write_text("".join(line for line in saved.read_text().splitlines(keepends=True)
+                             if "micro_batch_order" not in line))
+    assert main(command) == 0
+    assert "training finished (step-1), skipped" in capsys.readouterr().out
+    finished = mtimes(out / "seed-3")
+
     # A variant of the RL borrows that warm start: its run starts from the same model, and no warm start runs.
     variant = tmp_path / "variant"
     assert main(["seeds", "--config", "smoke", "--seeds", "3", "--warmstart", "--out", str(variant),

@@ -302,9 +302,10 @@ def _warm_start(config: Config, warm_dir: Path, console: Console) -> None:
 
 
 def _refuse_other_config(stage_dir: Path, config: Config) -> None:
-    """A stage folder whose config.yaml is not `config`'s holds other work: refused, not mixed or replaced."""
+    """A stage folder whose config.yaml is not `config`'s holds other work: refused, not mixed or replaced. The
+    configs are compared as loaded, so a key added to r1trade since (read with its default) changes nothing."""
     saved = stage_dir / "config.yaml"
-    if saved.is_file() and saved.read_text(encoding="utf-8") != config.to_yaml():
+    if saved.is_file() and load_config(saved, []).model_dump() != config.model_dump():
         raise UsageError(
             f"'{stage_dir}' holds a run of another config (its config.yaml differs from this command's): "
             "give another --out, or delete that folder to run it again"
