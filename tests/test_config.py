@@ -36,6 +36,21 @@ def test_unknown_key_names_the_path_and_closest_key(tmp_path: Path):
         load_config(None, ["trian.updates=3"])
 
 
+def test_a_run_saved_before_a_key_was_retired_still_loads(tmp_path: Path):
+    """Saved configs spell out every key: `warmstart.both_sides: false` (its old default) is dropped and the run
+    loads as it was; `true` (something r1trade no longer does) is a one-line error, as is the key on the command
+    line."""
+    saved = tmp_path / "config.yaml"
+    saved.write_text(load_config("demo_tools").to_yaml().replace("warmstart:\n", "warmstart:\n  both_sides: false\n"))
+    assert "both_sides: false" in saved.read_text()
+    assert load_config(saved) == load_config("demo_tools")
+    saved.write_text(saved.read_text().replace("both_sides: false", "both_sides: true"))
+    with pytest.raises(ConfigError, match=r"'warmstart\.both_sides' was retired; only its old default False loads"):
+        load_config(saved)
+    with pytest.raises(ConfigError, match="was retired"):
+        load_config(None, ["warmstart.both_sides=true"])
+
+
 def test_wrong_type_names_field_and_expected_type():
     with pytest.raises(ConfigError, match=r"env\.fee_bps: Input should be a valid number.*'abc'"):
         load_config(None, ["env.fee_bps=abc"])

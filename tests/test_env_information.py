@@ -4,7 +4,6 @@ information statistics, and warm-start demonstrations that look before a random 
 from __future__ import annotations
 
 import re
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from env_fixtures import call, long
 
 from r1trade.models.chat import ChatTokens
 from r1trade.models.tokenizer import build_tiny_tokenizer
-from r1trade.env.demonstrations import mirrored_turn, random_decision
+from r1trade.env.demonstrations import random_decision
 from r1trade.warmstart import collect_demonstrations
 from r1trade.config import load_config
 from r1trade.env.information import accuracy_by_decision, information_use
@@ -136,28 +135,6 @@ def test_an_always_call_that_is_no_information_tool_is_refused() -> None:
     config = load_config("smoke", [*PRICE_ONLY, "warmstart.policy=random", "warmstart.always_call=[place_order]"])
     with pytest.raises(ConfigError, match="always_call names 'place_order'"):
         collect_demonstrations(config, ChatTokens(build_tiny_tokenizer()), episodes=1, seed=0)
-
-
-def test_a_mirrored_turn_swaps_the_side_and_nothing_else() -> None:
-    trade = 'Action: long.\n<tool_call>{"name": "place_order", "arguments": {"side": "long", "size": 1.0, ' \
-            '"view": "bullish"}}</tool_call>'
-    assert mirrored_turn(trade) == ('Action: short.\n<tool_call>{"name": "place_order", "arguments": {"side": '
-                                    '"short", "size": 1.0, "view": "bearish"}}</tool_call>')
-    assert mirrored_turn(mirrored_turn(trade)) == trade
-    look = 'Check get_changes.\n<tool_call>{"name": "get_changes", "arguments": {}}</tool_call>'
-    assert mirrored_turn(look) == look
-
-
-def test_both_sides_shows_every_episode_long_and_short() -> None:
-    overrides = [*PRICE_ONLY, "warmstart.policy=random", "warmstart.max_info_calls=2", "warmstart.actions=[long,short]"]
-    chat = ChatTokens(build_tiny_tokenizer())
-    once = collect_demonstrations(load_config("smoke", overrides), chat, episodes=4, seed=0)
-    twice = collect_demonstrations(load_config("smoke", [*overrides, "warmstart.both_sides=true"]), chat,
-                                   episodes=4, seed=0)
-    assert len(twice) == 2 * len(once) and twice[0] == once[0]  # the first play is the one without both_sides
-    sides = Counter(re.findall(r"Action: (long|short)\.", " ".join(chat.tokenizer.decode(e["input_ids"])
-                                                                     for e in twice)))
-    assert sides["long"] == sides["short"] > 0
 
 
 def test_warm_start_demonstrations_parse_as_valid_calls() -> None:

@@ -663,11 +663,6 @@ class WarmstartConfig(Section):
         "all", description="the random policy's trade reasoning under env.observation price_only: one line of each "
         "tool it called (all), or nothing but the action (none: every trade turn is as short, whatever was called)"
     )
-    both_sides: bool = Field(
-        False, description="show every demonstrated episode twice, the second time with each long a short and each "
-        "short a long, so the side is a coin flip given any context (random demonstrations memorise no link "
-        "between what a tool said and the side)"
-    )
     always_call: list[str] = Field(
         [], description="information tools every random demonstration calls first, before its random draws (a "
         "diagnostic: with [get_changes] every trade has the signal in view)"
@@ -959,6 +954,28 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+RETIRED_KEYS: dict[tuple[str, str], Any] = {
+    ("warmstart", "both_sides"): False,  # a diagnostic no recipe used (docs/notebook/results-log.md section 27)
+}
+"""Keys r1trade no longer has, with the value that behaves as r1trade does now. Every saved run's config.yaml
+spells out every key, so a run saved before a key was retired still loads when it holds that value."""
+
+
+def without_retired_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """`raw` without the retired keys that hold their retired value; any other value of one is a one-line error
+    (the run it describes did something r1trade no longer does)."""
+    cleaned = dict(raw)
+    for (section, key), value in RETIRED_KEYS.items():
+        settings = cleaned.get(section)
+        if not isinstance(settings, dict) or key not in settings:
+            continue
+        if settings[key] != value:
+            raise ConfigError(f"{source}: '{section}.{key}' was retired; only its old default {value!r} loads "
+                              f"(got {_clip(repr(settings[key]), MAX_QUOTED)})")
+        cleaned[section] = {k: v for k, v in settings.items() if k != key}
+    return cleaned
+
+
 def load_config(name_or_path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Load and validate a config (defaults when no file is given), applying `--set` overrides."""
     raw: dict[str, Any] = {}
@@ -981,6 +998,7 @@ def load_config(name_or_path: str | Path | None = None, overrides: list[str] | N
     if overrides:
         raw = deep_merge(raw, parse_overrides(overrides))
         source += " with --set overrides"
+    raw = without_retired_keys(raw, source)
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:

@@ -15,7 +15,6 @@ directory that `model.name_or_path` can point to.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from transformers import PrinterCallback, TrainerCallback
 
 from r1trade.config import Config
-from r1trade.env.demonstrations import demonstration_turn, mirrored_turn, random_decision
-from r1trade.env.trading_env import TradingEnv, make_envs
+from r1trade.env.demonstrations import demonstration_turn, random_decision
+from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
 from r1trade.models.baked_tools import bake_tools, without_baked_tools
 from r1trade.models.chat import ChatTokens
@@ -51,59 +50,39 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
             f"below env.max_tool_calls "
             f"({config.env.max_tool_calls}): the trade would be a forced hold"
         )
-    planned: list[str] = []  # the random policy's turns left in this decision
-
-    def next_turn(env: TradingEnv) -> str:
-        nonlocal planned
-        if warm.policy == "rule":
-            return demonstration_turn(env)
-        planned = planned or random_decision(
-            env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls,
-            always_call=warm.always_call, restate=warm.restate,
-        )
-        return planned.pop(0)
-
     for env in make_envs(config, episodes, "train"):
         if unknown := sorted(set(warm.always_call) - env.info_tools):
             raise ConfigError(f"warmstart.always_call names {unknown[0]!r}, not one of the information tools "
                               f"{', '.join(sorted(env.info_tools))}")
-        episode_seed = int(rng.integers(2**31 - 1))
-        planned.clear()
-        played, episode = _play_episode(env, episode_seed, chat, next_turn)
-        examples += episode
-        if warm.both_sides:  # the same episode again, every long a short and every short a long
-            mirrored = iter([mirrored_turn(text) for text in played])
-            examples += _play_episode(env, episode_seed, chat, lambda _env, turns=mirrored: next(turns))[1]
+        messages, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
+        ids = chat.context(messages)
+        mask = [0] * len(ids)
+        planned: list[str] = []  # the random policy's turns left in this decision
+        while True:
+            if warm.policy == "rule":
+                text = demonstration_turn(env)
+            else:
+                planned = planned or random_decision(
+                    env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls,
+                    always_call=warm.always_call, restate=warm.restate,
+                )
+                text = planned.pop(0)
+            turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
+            end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
+            ids += [*turn, end, *rest]
+            mask += [1] * (len(turn) + 1) + [0] * len(rest)
+            messages, _, terminated, truncated, info = env.step(text)
+            if terminated or truncated or info.get("context_reset"):
+                examples.append({"input_ids": ids, "completion_mask": mask})
+                if terminated or truncated:
+                    break
+                ids = chat.context(messages)
+                mask = [0] * len(ids)
+                continue
+            following = chat.continuation(messages)
+            ids += following
+            mask += [0] * len(following)
     return examples
-
-
-def _play_episode(
-    env: TradingEnv, seed: int, chat: ChatTokens, next_turn: Callable[[TradingEnv], str]
-) -> tuple[list[str], list[dict]]:
-    """Play one demonstration episode from `env.reset(seed)`, each turn from `next_turn`: the turns played and
-    the tokenized examples."""
-    played, examples = [], []
-    messages, _ = env.reset(seed=seed)
-    ids = chat.context(messages)
-    mask = [0] * len(ids)
-    while True:
-        text = next_turn(env)
-        played.append(text)
-        turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
-        end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
-        ids += [*turn, end, *rest]
-        mask += [1] * (len(turn) + 1) + [0] * len(rest)
-        messages, _, terminated, truncated, info = env.step(text)
-        if terminated or truncated or info.get("context_reset"):
-            examples.append({"input_ids": ids, "completion_mask": mask})
-            if terminated or truncated:
-                return played, examples
-            ids = chat.context(messages)
-            mask = [0] * len(ids)
-            continue
-        following = chat.continuation(messages)
-        ids += following
-        mask += [0] * len(following)
 
 
 def longest_turn(examples: list[dict]) -> int:

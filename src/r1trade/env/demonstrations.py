@@ -180,19 +180,3 @@ def random_decision(
     looked = [*always_call, *([tools[i] for i in rng.permutation(len(tools))[:count]] if count else [])]
     return [*(information_turn(env, name) for name in looked),
             random_turn(env, rng, choices, plain=plain, looked=looked, restate=restate)]
-
-
-_OPPOSITE = {"long": "short", "short": "long", "bullish": "bearish", "bearish": "bullish"}
-
-
-def mirrored_turn(text: str) -> str:
-    """`text` with the side of its order swapped (reasoning, side and view); any other turn unchanged."""
-    reasoning, _, rest = text.partition("\n<tool_call>")
-    call = json.loads(rest.removesuffix("</tool_call>")) if rest else {}
-    if call.get("name") != "place_order":
-        return text
-    side = call["arguments"]["side"]
-    call["arguments"] = {key: _OPPOSITE.get(value, value) if key in ("side", "view") else value
-                         for key, value in call["arguments"].items()}
-    reasoning = reasoning.replace(f"{ACTION_PROMPT} {side}.", f"{ACTION_PROMPT} {_OPPOSITE[side]}.")
-    return f"{reasoning}\n<tool_call>{json.dumps(call)}</tool_call>"
