@@ -5,9 +5,11 @@ micro-batch of 12 they went past 24 GB, so the config takes micro-batches of 6. 
 episodes once with the config's model and saves them (safetensors), then in a fresh process per mode (so that
 each peak is its own) scores them and takes one optimiser step over all of them. It prints, per mode, the
 resident memory after loading the models, after the scoring pass (no gradients) and at the step's peak, the
-step's seconds, and how far its update of the trained weights is from the first mode's (the norm of the
-difference over the norm of the first mode's update): the modes differ in how the step is cut and stored, not in
-its gradient. Run:
+step's seconds, and how far its gradient (Adam's first moment after the step, divided by 1 - beta1) is from the
+first mode's: the norm of the difference over the norm of the first mode's gradient. The modes differ in how the
+step is cut and stored, not in what it computes, so that is float rounding. (The weights' update after one Adam
+step is no such measure: it divides each gradient element by its own size, so an element that rounding flips
+from +1e-9 to -1e-9 moves the whole learning rate the other way.) Run:
 `python benchmarks/update_memory.py [--config tool_gated] [--episodes 12] [--set a.b=c ...]`.
 """
 
@@ -82,8 +84,8 @@ def resident_gb() -> float:
 
 
 def one_mode(name: str, episodes: int, overrides: list[str], mode: str, batch_file: Path, weights: Path) -> dict:
-    """Score the saved episodes and take one optimiser step in `mode`; save its update of the trained weights to
-    `weights`."""
+    """Score the saved episodes and take one optimiser step in `mode`; save its gradient of the trained weights
+    to `weights`."""
     from r1trade.rl.advantages import compute_advantages
     from r1trade.rl.batch import RolloutBatch
 
@@ -93,18 +95,20 @@ def one_mode(name: str, episodes: int, overrides: list[str], mode: str, batch_fi
     batch = RolloutBatch(**load_file(str(batch_file)))
     batch = compute_advantages(trainer.score(batch), config.train)
     scored = resident_gb()
-    trained = lambda: {n: p.detach().clone() for n, p in trainer.models.policy.named_parameters() if p.requires_grad}
-    before = trained()
     started = time.perf_counter()
     trainer.optimise(batch)
     seconds = time.perf_counter() - started
-    save_file({name: after - before[name] for name, after in trained().items()}, str(weights))
+    optimizer = trainer.optimizer
+    beta1 = optimizer.param_groups[0]["betas"][0]
+    gradient = {name: (optimizer.state[p]["exp_avg"] / (1 - beta1)).contiguous()
+                for name, p in trainer.models.policy.named_parameters() if p.requires_grad}
+    save_file(gradient, str(weights))
     return {"mode": mode, "loaded_gb": loaded, "scored_gb": scored,
             "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, "step_s": seconds}
 
 
-def update_difference(reference: Path, other: Path) -> float:
-    """||other's update - reference's|| / ||reference's update||, over all trained weights."""
+def relative_difference(reference: Path, other: Path) -> float:
+    """||other - reference|| / ||reference||, over all trained weights' tensors."""
     first, second = load_file(str(reference)), load_file(str(other))
     apart = sum(float((first[k].double() - second[k].double()).square().sum()) for k in first)
     size = sum(float(first[k].double().square().sum()) for k in first)
@@ -140,7 +144,7 @@ def main() -> None:
         print(f"episodes: {shape['rows']} rows padded to {shape['width']} tokens (mean {shape['mean_tokens']:.0f}, "
               f"longest {shape['max_tokens']}), {shape['sampled_tokens']} sampled tokens; "
               f"rollout {shape['rollout_s']:.1f} s")
-        print("| mode | after loading | after scoring | step's peak | step | update vs the first mode's |")
+        print("| mode | after loading | after scoring | step's peak | step | gradient vs the first mode's |")
         print("|---|---:|---:|---:|---:|---:|")
         reference = None
         for number, mode in enumerate(modes):
@@ -155,7 +159,7 @@ def main() -> None:
                 continue
             result = json.loads(done.stdout.strip().splitlines()[-1])
             reference = reference or weights
-            difference = update_difference(reference, weights)
+            difference = relative_difference(reference, weights)
             print(f"| {mode} | {result['loaded_gb']:.1f} GB | {result['scored_gb']:.1f} GB | "
                   f"{result['peak_gb']:.1f} GB | {result['step_s']:.1f} s | {difference:.1e} |", flush=True)
 
