@@ -110,7 +110,7 @@ def test_pbo_over_a_ladders_runs_through_the_cli(context: ReportContext, tmp_pat
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--level", "moon"], "--level must be one of planted_edge, btc, tool_gated, multi_decision, not 'moon'"),
+        (["--level", "moon"], "--level must be one of planted_edge, btc, tool_gated, multi_decision, vol_target, not 'moon'"),
         (["--level", "btc", "--ladder", "absent.json"], "no such file: absent.json"),
         (["--level", "btc", "--prefix", "zzz"], "has 0 btc records whose variant starts with 'zzz'"),
         (["--level", "tool_gated"], "has 1 tool_gated record whose variant starts with ''"),
