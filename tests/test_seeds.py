@@ -296,3 +296,16 @@ def test_a_penalty_s_worst_seed_is_its_highest() -> None:
     spreads = spread_by_figure({s: {"Mandate Penalty": v, "Return [%]": v} for s, v in values.items()},
                                ["Mandate Penalty", "Return [%]"], lower_is_better={"Mandate Penalty"})
     assert spreads["Mandate Penalty"].worst_seed == 1 and spreads["Return [%]"].worst_seed == 2
+
+
+def test_a_damaged_borrowed_warm_start_config_is_one_line_and_runs_nothing(capsys, tmp_path: Path) -> None:
+    warm = tmp_path / "other" / "seed-0" / "warmstart"
+    warm.mkdir(parents=True)
+    (warm / "warmstart.json").write_text("{}")
+    (warm / "config.yaml").write_text("data: [unclosed\n")
+    out = tmp_path / "out"
+    code = main(["seeds", "--config", "smoke", "--seeds", "0", "--warmstart", "--out", str(out),
+                 "--warmstart-from", str(tmp_path / "other")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--warmstart-from:" in err and "config.yaml" in err and one_line(err), err
+    assert not out.exists()

@@ -175,7 +175,7 @@ def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
     try:
         theirs = load_config(warm_dir / "config.yaml", [])
     except UsageError as error:
-        raise UsageError(f"--warmstart-from: '{warm_dir / 'config.yaml'}': {error}") from None
+        raise UsageError(f"--warmstart-from: {error}") from None
     unread = {"train", "backtest"}
     if theirs.model_dump(exclude=unread) != config.model_dump(exclude=unread):
         raise UsageError(
