@@ -134,6 +134,19 @@ def test_plan_windows_cuts_whole_decisions_into_contiguous_windows() -> None:
         plan_windows(config, 14)
 
 
+def test_plan_windows_caps_each_window_at_the_episode_length_the_model_trained_on() -> None:
+    config = load_config(
+        "smoke", ["backtest.agent_window_decisions=5", "env.warmup_bars=10", "env.decision_every=4"]
+    )
+    plan = plan_windows(config, 100)  # 22 decisions in the fewest windows of at most 5: 5, 5, 4, 4, 4
+    assert plan == WindowPlan(starts=(10, 30, 50, 66, 82), decisions=(5, 5, 4, 4, 4), every=4, available=22)
+
+    config.backtest.agent_window_decisions = 2  # 22 decisions: 11 windows of 2, whatever agent_windows says
+    assert plan_windows(config, 100).decisions == (2,) * 11
+    config.backtest.max_decisions = 3  # a cap below the window length: windows of 2 and 1
+    assert plan_windows(config, 100) == WindowPlan(starts=(10, 18), decisions=(2, 1), every=4, available=22)
+
+
 # --------------------------------------------------------------------------- scripted agent
 
 

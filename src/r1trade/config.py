@@ -704,6 +704,12 @@ class BacktestConfig(Section):
         description="contiguous windows of whole decisions a model's evaluation is cut into and played as one"
         " batch; each starts flat with the initial cash and their returns are compounded",
     )
+    agent_window_decisions: int | None = Field(
+        None, ge=1, le=MAX_COUNT,
+        description="decisions per window in place of a count of windows (agent_windows): set it to"
+        " env.episode_decisions to play every split and walk-forward fold in episodes as long as the model"
+        " trained on (null: agent_windows sets the count)",
+    )
     max_decisions: int | None = Field(
         None, ge=1, le=MAX_COUNT,
         description="cap on a model's decisions (quick runs): only the first part of the split is evaluated"

@@ -6,9 +6,10 @@ An LM decides slowly on a CPU, so a long split is cut into windows that are deco
   the last decision whose bars fit in the split; `backtest.max_decisions` keeps only the first ones (then only
   the first part of the split is evaluated).
 - The decisions are cut into `backtest.agent_windows` contiguous windows of whole decisions (sizes differ by
-  at most one) and played as one batch: one TradingEnv per window with the run's env settings (fees, fixed
-  and random slippage, cadence, tools), reset at the window's first bar with seed `seed + k` for window k
-  (the seed drives the random slippage; decoding is greedy, so nothing else is random).
+  at most one), or into the fewest windows of at most `backtest.agent_window_decisions` decisions, and played
+  as one batch: one TradingEnv per window with the run's env settings (fees, fixed and random slippage,
+  cadence, tools), reset at the window's first bar with seed `seed + k` for window k (the seed drives the
+  random slippage; decoding is greedy, so nothing else is random).
 - Each window starts flat with `env.initial_cash`. Nothing is closed at a window's end: a position still open
   is marked at that bar's close, without exit fee or slippage, and dropped; the next window starts flat again,
   so re-entering pays the entry costs again. Such a trade is listed with exit reason "window end".
@@ -121,7 +122,8 @@ def plan_windows(
             f"decision every {env.decision_every} bars (adjust data.split or env.warmup_bars)"
         )
     total = min(available, backtest.max_decisions or available)
-    count = min(backtest.agent_windows, total)
+    per_window = backtest.agent_window_decisions
+    count = min(backtest.agent_windows if per_window is None else -(-total // per_window), total)
     base, extra = divmod(total, count)
     decisions = tuple(base + (k < extra) for k in range(count))
     before = accumulate(decisions[:-1], initial=0)  # decisions in the earlier windows
