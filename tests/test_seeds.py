@@ -18,7 +18,7 @@ from r1trade.errors import UsageError
 from r1trade.eval.seed_spread import SeedSpread, interquartile_mean, seed_spread, spread_by_figure
 from r1trade.rl.checkpoint import STATE_FILE
 from r1trade.rl.trainer import Trainer
-from r1trade.seeds import FIGURES, GAIN, parse_seeds, seed_figures, wants_warmstart
+from r1trade.seeds import FIGURES, GAIN, borrowed_warm_start, parse_seeds, seed_figures, wants_warmstart
 
 TINY = ["train.updates=2", "train.checkpoint_every=1", "train.epochs=1", "train.algorithm=reinforce_pp",
         "env.episode_decisions=1", "env.max_tool_calls=1", "rollout.num_envs=1", "rollout.max_new_tokens=8",
@@ -309,3 +309,14 @@ def test_a_damaged_borrowed_warm_start_config_is_one_line_and_runs_nothing(capsy
     err = capsys.readouterr().err
     assert code == 2 and "--warmstart-from:" in err and "config.yaml" in err and one_line(err), err
     assert not out.exists()
+
+
+def test_a_warm_start_is_borrowed_across_sampling_settings_but_not_across_its_turn_length(tmp_path: Path) -> None:
+    warm = tmp_path / "seed-0" / "warmstart"
+    load_config("smoke").save(warm)
+    (warm / "warmstart.json").write_text("{}")
+    sampled_otherwise = load_config("smoke", ["rollout.num_envs=96", "rollout.temperature=0.5", "train.epochs=3"])
+    assert borrowed_warm_start(warm, sampled_otherwise) == warm / "model"
+    shorter_turns = load_config("smoke", ["rollout.max_new_tokens=7"])
+    with pytest.raises(UsageError, match="ran another config"):
+        borrowed_warm_start(warm, shorter_turns)

@@ -6,8 +6,8 @@ Seed S runs in `OUT/seed-S/`, one seed after another, every stage with `seed=S` 
 of the config and its `--set` overrides:
 - `warmstart/`: the warm start (`r1trade warmstart`), when asked; finished once `warmstart.json` is written.
   With `warm_from` (`--warmstart-from OTHER`), seed S starts from `OTHER/seed-S/warmstart/` instead, once that
-  warm start is finished and its config equals this one outside `train` and `backtest` (the sections a warm
-  start does not read): variants of a recipe's RL then start from the same models, a paired comparison;
+  warm start is finished and its config equals this one in all that a warm start reads (`WARM_START_UNREAD`
+  lists the rest): variants of a recipe's RL then start from the same models, a paired comparison;
 - `run/`: RL training from the warm start's model (`r1trade train`); finished once the checkpoint of step
   `train.updates` is in place. A run stopped after a checkpoint continues from its last one (`train
   --resume`); one stopped before its first checkpoint starts over;
@@ -41,7 +41,7 @@ from r1trade.backtest.step_selection import (
     read_selection,
     select_step,
 )
-from r1trade.config import Config, load_config
+from r1trade.config import Config, RolloutConfig, load_config
 from r1trade.errors import UsageError
 from r1trade.eval.ladder import AGENT_PREFIX, SIGNAL_ROW, Level, add_record, ladder_record
 from r1trade.eval.seed_spread import SeedSpread, spread_by_figure
@@ -55,6 +55,11 @@ SUMMARY_FILE = "seeds.json"
 MAX_SEEDS = 100
 WARMSTART_DIR, RUN_DIR, TEST_DIR = "warmstart", "run", "test"
 WARMSTART_LOG = "warmstart.json"
+WARM_START_UNREAD: dict[str, Any] = {
+    "train": True, "backtest": True, "rollout": set(RolloutConfig.model_fields) - {"max_new_tokens"},
+}
+"""What a warm start does not read: RL, the backtest and the rollout's sampling (its `max_new_tokens` bounds the
+demonstrated turns, so it is read)."""
 """What `warmstart` writes last, once the model is saved."""
 STARTING_ROW = "base model"
 """The report's row of the model RL started from (`--baseline base-model`)."""
@@ -168,19 +173,18 @@ def seed_config(config: str, overrides: Sequence[str], seed: int, *more: str) ->
 
 
 def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
-    """The model of the finished warm start in `warm_dir`, which must have run `config` outside `train` and
-    `backtest`; otherwise a UsageError saying what does not fit."""
+    """The model of the finished warm start in `warm_dir`, which must have run `config` in all that a warm start
+    reads (everything but `WARM_START_UNREAD`); otherwise a UsageError saying what does not fit."""
     if not (warm_dir / WARMSTART_LOG).is_file():
         raise UsageError(f"--warmstart-from: '{warm_dir}' holds no finished warm start (no {WARMSTART_LOG})")
     try:
         theirs = load_config(warm_dir / "config.yaml", [])
     except UsageError as error:
         raise UsageError(f"--warmstart-from: {error}") from None
-    unread = {"train", "backtest"}
-    if theirs.model_dump(exclude=unread) != config.model_dump(exclude=unread):
+    if theirs.model_dump(exclude=WARM_START_UNREAD) != config.model_dump(exclude=WARM_START_UNREAD):
         raise UsageError(
-            f"--warmstart-from: the warm start in '{warm_dir}' ran another config (it differs outside train and "
-            "backtest), so it is not this recipe's warm start"
+            f"--warmstart-from: the warm start in '{warm_dir}' ran another config (it differs outside train, "
+            "backtest and the rollout's sampling), so it is not this recipe's warm start"
         )
     return warm_dir / "model"
 
