@@ -872,7 +872,8 @@ def seeds_command(
     warm_from: Annotated[
         Path | None,
         typer.Option("--warmstart-from", help="start each seed from the finished warm start of this other "
-                     "seeds folder (same config outside train, backtest and sampling): variants compared from the same models"),
+                     "seeds folder (same config outside train, backtest and sampling): variants compared from "
+                     "the same models"),
     ] = None,
 ) -> None:
     """Does a recipe learn? One config over several seeds, one after another: warm start, RL, the step chosen

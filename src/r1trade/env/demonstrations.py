@@ -173,8 +173,8 @@ def random_decision(
     restate: Literal["all", "none"] = "all",
 ) -> list[str]:
     """The random policy's turns for one decision: the tools in `always_call`, then 0 to `max_info_calls` other
-    distinct information tools (how many and which drawn at random), then `random_turn`, whose reasoning restates what they returned. Tools only read the
-    market, so every turn can be written before the first is played."""
+    distinct information tools (how many and which drawn at random), then `random_turn`, whose reasoning restates
+    what they returned. Tools only read the market, so every turn can be written before the first is played."""
     count = int(rng.integers(max_info_calls + 1)) if max_info_calls else 0
     tools = sorted(env.info_tools - set(always_call))
     looked = [*always_call, *([tools[i] for i in rng.permutation(len(tools))[:count]] if count else [])]
