@@ -55,12 +55,12 @@ SUMMARY_FILE = "seeds.json"
 MAX_SEEDS = 100
 WARMSTART_DIR, RUN_DIR, TEST_DIR = "warmstart", "run", "test"
 WARMSTART_LOG = "warmstart.json"
+"""What `warmstart` writes last, once the model is saved."""
 WARM_START_UNREAD: dict[str, Any] = {
     "train": True, "backtest": True, "rollout": set(RolloutConfig.model_fields) - {"max_new_tokens"},
 }
 """What a warm start does not read: RL, the backtest and the rollout's sampling (its `max_new_tokens` bounds the
 demonstrated turns, so it is read)."""
-"""What `warmstart` writes last, once the model is saved."""
 STARTING_ROW = "base model"
 """The report's row of the model RL started from (`--baseline base-model`)."""
 ACCURACY, GAIN, RETURN, INFO_CALLS = (
