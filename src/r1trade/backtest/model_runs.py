@@ -23,6 +23,7 @@ An LM decides slowly on a CPU, so a long split is cut into windows that are deco
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -123,7 +124,7 @@ def plan_windows(
         )
     total = min(available, backtest.max_decisions or available)
     per_window = backtest.agent_window_decisions
-    count = min(backtest.agent_windows if per_window is None else -(-total // per_window), total)
+    count = min(backtest.agent_windows if per_window is None else math.ceil(total / per_window), total)
     base, extra = divmod(total, count)
     decisions = tuple(base + (k < extra) for k in range(count))
     before = accumulate(decisions[:-1], initial=0)  # decisions in the earlier windows
