@@ -41,6 +41,22 @@ def test_the_price_only_observation_shows_no_change_or_indicator() -> None:
     assert CHANGES.match(reply.splitlines()[0]) and reply.splitlines()[0] == change_line  # the same figures
 
 
+def test_the_curriculum_shows_the_changes_in_its_first_updates_with_get_changes_still_offered() -> None:
+    config = load_config("smoke", [*PRICE_ONLY, "env.changes_in_view_updates=2"])
+    shown = {update: make_envs(config, 1, update=update)[0] for update in (0, 1, 2, 3)}
+    observations = {update: env.reset(seed=3)[0][-1]["content"] for update, env in shown.items()}
+    in_view = {update: text.splitlines()[1] for update, text in observations.items() if "Change:" in text}
+    assert sorted(in_view) == [1, 2]  # updates 1 and 2 see them; update 3 and a backtest (update 0) do not
+    answer = shown[3].step(call("get_changes"))[0][0]["content"].splitlines()[0]
+    assert CHANGES.match(answer) and in_view[1] == in_view[2] == answer  # the very line the tool answers
+    assert all("get_changes()" in env.system_prompt for env in shown.values())
+    assert observations[3] == observations[0] == make_envs(load_config("smoke", PRICE_ONLY), 1)[0].reset(
+        seed=3)[0][-1]["content"]
+    assert not config.env.changes_in_view_at(3) and config.env.changes_in_view_at(1)
+    with pytest.raises(ConfigError, match="changes_in_view_updates needs observation price_only"):
+        load_config("smoke", ["env.changes_in_view_updates=2"])
+
+
 def test_the_information_reward_pays_a_trade_that_looked_first_and_the_trade_lists_the_tools() -> None:
     config = load_config("smoke", [*PRICE_ONLY, "env.episode_decisions=3", "rewards.info_call=0.3"])
     (env,) = make_envs(config, 1)
