@@ -297,13 +297,21 @@ def change_model_seed(path: Path) -> None:
     (path / "config.yaml").write_text(yaml.safe_dump(saved))
 
 
+def change_model_shape(path: Path) -> None:
+    """The checkpoint's config now names a deeper tiny model than the one it holds."""
+    saved = yaml.safe_load((path / "config.yaml").read_text())
+    saved["model"]["tiny_layers"] = 3
+    (path / "config.yaml").write_text(yaml.safe_dump(saved))
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
         (drop_critic, "incomplete checkpoint '{path}': missing critic"),
         (change_model_seed, "{path}/policy holds a policy for another model config (tiny_seed 0 vs 1)"),
+        (change_model_shape, "{path}/policy holds a policy for another model config (tiny_shape None vs [3, 64])"),
     ],
-    ids=["incomplete", "incompatible-config"],
+    ids=["incomplete", "incompatible-config", "incompatible-shape"],
 )
 def test_bad_checkpoints_are_one_line_usage_errors(
     capsys, checkpoint: Path, tmp_path: Path, damage: Callable[[Path], None], message: str

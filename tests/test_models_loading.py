@@ -54,6 +54,15 @@ def test_tiny_model_is_deterministic_and_fast() -> None:
     assert model.config.model_type == "llama"
 
 
+def test_the_tiny_models_shape_follows_the_config_with_16_dimensional_heads() -> None:
+    wide = load_base_model(ModelConfig(name_or_path="tiny-random", tiny_layers=3, tiny_hidden_size=96,
+                                       cpu_kernels="off"))[0].config
+    assert (wide.num_hidden_layers, wide.hidden_size, wide.intermediate_size) == (3, 96, 384)
+    assert (wide.num_attention_heads, wide.num_key_value_heads) == (6, 3)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        ModelConfig(tiny_hidden_size=80)
+
+
 def test_tiny_tokenizer_round_trips_tool_calls_and_has_smollm2_special_ids() -> None:
     tokenizer = build_tiny_tokenizer()
     for text in (TOOL_CALL, "BTC fell 3.2% — €41,000.55 ✓", '{"cash": 10000.0, "position": -0.25}'):

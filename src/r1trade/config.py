@@ -383,6 +383,11 @@ class ModelConfig(Section):
         0, description="seed of the weights of the models built in code, tiny-random and random:<shape> (part of the"
         " model, not the run)"
     )
+    tiny_layers: int = Field(2, ge=1, le=24, description="decoder layers of tiny-random and tiny-random-qwen")
+    tiny_hidden_size: int = Field(
+        64, ge=32, le=1024, multiple_of=32,
+        description="hidden size of tiny-random and tiny-random-qwen (heads of 16 dimensions, an MLP 4× as wide)"
+    )
     gradient_checkpointing: bool = Field(
         False, description="recompute each decoder layer's activations during the backward pass: less memory, "
         "slower updates; the gradient pass then runs every row in full (train.share_prefix applies to scoring only)"

@@ -6,7 +6,7 @@
   its config, saves it once as safetensors (with tokenizer, chat template and generation config) in the cache
   directory, and every load reads that copy (well under a second from a warm disk).
 - a path to a `.gguf` file: the same conversion.
-- `tiny-random`: a 2-layer Llama built in code with the tokenizer of `r1trade.models.tokenizer`; nothing on disk.
+- `tiny-random`: a 2-layer Llama (`model.tiny_layers`, `tiny_hidden_size`) built in code with the tokenizer of `r1trade.models.tokenizer`; nothing on disk.
   `tiny-random-qwen` is the same model with Qwen2.5's chat template, whose tool calls TRL parses.
 - `random:<shape>`: a real model's shape with random weights, built in code (`r1trade.models.random_models`:
   `random:smollm2-135m`, `random:qwen2.5-0.5b`, `random:qwen2.5-1.5b`), to measure speed and memory.
@@ -167,7 +167,9 @@ def load_named_model(model_config: ModelConfig) -> tuple[PreTrainedModel, PreTra
         log.info("model.dtype auto: %s weights", str(dtype).removeprefix("torch."))
     if name in (TINY_RANDOM, TINY_RANDOM_QWEN):
         tokenizer = build_tiny_tokenizer(tool_template=name == TINY_RANDOM_QWEN)
-        return build_tiny_model(tokenizer, seed=model_config.tiny_seed, dtype=dtype), tokenizer
+        model = build_tiny_model(tokenizer, seed=model_config.tiny_seed, dtype=dtype, layers=model_config.tiny_layers,
+                                 hidden_size=model_config.tiny_hidden_size)
+        return model, tokenizer
     if is_random_model(name):
         tokenizer = build_tiny_tokenizer(tool_template=True)
         return build_random_model(name, tokenizer, seed=model_config.tiny_seed, dtype=dtype), tokenizer
@@ -202,17 +204,20 @@ def loads_from_directory(name: str) -> bool:
 
 
 def build_tiny_model(
-    tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, dtype: torch.dtype = torch.float32
+    tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, dtype: torch.dtype = torch.float32, layers: int = 2,
+    hidden_size: int = 64,
 ) -> LlamaForCausalLM:
-    """A randomly initialised 2-layer Llama (hidden 64, 4 heads) for `tokenizer`; same seed, same weights."""
+    """A randomly initialised Llama for `tokenizer`, 2 layers of hidden size 64 unless asked otherwise; heads of
+    16 dimensions, two queries to a key/value head, an MLP 4× as wide. Same seed and shape, same weights."""
     ids = special_ids(tokenizer)
+    heads = hidden_size // 16
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
         max_position_embeddings=8192,
         tie_word_embeddings=True,
         **ids,

@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
-from r1trade.models.loading import built_in_code, load_agent_models, model_dtype
+from r1trade.models.loading import TINY_RANDOM, TINY_RANDOM_QWEN, built_in_code, load_agent_models, model_dtype
 from r1trade.models.agent_models import AgentModels
 from r1trade.models.trust import require_no_model_code
 from r1trade.config import Config, ModelConfig, load_config
@@ -303,6 +303,9 @@ def _require_complete(path: Path) -> None:
 # --------------------------------------------------------------------------- the policy and the critic
 
 _IDENTITY_FILE = "r1trade_model.json"
+_DEFAULT_TINY_SHAPE = (
+    ModelConfig.model_fields["tiny_layers"].default, ModelConfig.model_fields["tiny_hidden_size"].default
+)
 
 
 def save_policy(models: AgentModels, directory: Path) -> None:
@@ -378,6 +381,9 @@ def _identity(part: str, model_config: ModelConfig) -> dict[str, object]:
         identity["lora"] = {"r": lora.r, "alpha": lora.alpha, "target_modules": lora.target_modules}
     if built_in_code(model_config.name_or_path):
         identity["tiny_seed"] = model_config.tiny_seed
+    shape = (model_config.tiny_layers, model_config.tiny_hidden_size)
+    if model_config.name_or_path in (TINY_RANDOM, TINY_RANDOM_QWEN) and shape != _DEFAULT_TINY_SHAPE:
+        identity["tiny_shape"] = list(shape)  # only off the default, so the checkpoints written before it still load
     if part == "critic":
         identity["critic"] = model_config.critic
         identity["critic_name_or_path"] = model_config.critic_name_or_path
@@ -396,6 +402,7 @@ def _check_identity(directory: Path, part: str, model_config: ModelConfig) -> No
     if saved.get("part") != part:
         raise UsageError(f"not a {part} checkpoint: {directory} holds a {saved.get('part')}")
     expected = _identity(part, model_config)
-    differ = [f"{key} {saved.get(key)!r} vs {want!r}" for key, want in expected.items() if saved.get(key) != want]
+    keys = [*expected, *(key for key in saved if key not in expected)]  # a key either side may lack
+    differ = [f"{key} {saved.get(key)!r} vs {expected.get(key)!r}" for key in keys if saved.get(key) != expected.get(key)]
     if differ:
         raise UsageError(f"{directory} holds a {part} for another model config ({', '.join(differ)})")
