@@ -181,3 +181,24 @@ def test_more_information_calls_than_the_call_budget_allows_is_refused() -> None
                                    "warmstart.max_info_calls=2"])
     with pytest.raises(ConfigError, match="max_info_calls"):
         collect_demonstrations(config, ChatTokens(build_tiny_tokenizer()), episodes=1, seed=0)
+
+
+def test_a_share_of_the_demonstrations_shows_the_changes_and_restates_them_before_the_action() -> None:
+    overrides = [*PRICE_ONLY, "env.episode_decisions=1", "warmstart.policy=random", "warmstart.max_info_calls=2",
+                 "warmstart.actions=[long, short]", "warmstart.orders=plain", "warmstart.restate=none"]
+    chat = ChatTokens(build_tiny_tokenizer())
+
+    def shown_and_restated(share: float) -> list[tuple[bool, bool]]:
+        config = load_config("smoke", [*overrides, f"warmstart.changes_in_view={share}"])
+        texts = [chat.tokenizer.decode(example["input_ids"])
+                 for example in collect_demonstrations(config, chat, episodes=40, seed=0)]
+        restated = re.compile(r"4 bars [+-]\d+\.\d\d%, 24 bars [+-]\d+\.\d\d%\. Action: (long|short)\.")
+        observations = [text.split("Decision 1/1")[1].split("<|im_end|>")[0] for text in texts]
+        return [("Change: 1 bar" in seen, bool(restated.search(text))) for seen, text in zip(observations, texts)]
+
+    assert set(shown_and_restated(0.0)) == {(False, False)}  # restate none: nothing but the action
+    assert set(shown_and_restated(1.0)) == {(True, True)}
+    half = shown_and_restated(0.5)
+    assert set(half) == {(True, True), (False, False)} and 10 < sum(shown for shown, _ in half) < 30
+    with pytest.raises(ConfigError, match="warmstart.changes_in_view needs env.observation price_only"):
+        collect_demonstrations(load_config("smoke", ["warmstart.changes_in_view=0.5"]), chat, episodes=1, seed=0)

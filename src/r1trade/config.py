@@ -680,6 +680,12 @@ class WarmstartConfig(Section):
         "all", description="the random policy's trade reasoning under env.observation price_only: one line of each "
         "tool it called (all), or nothing but the action (none: every trade turn is as short, whatever was called)"
     )
+    changes_in_view: float = Field(
+        0.0, ge=0, le=1,
+        description="under env.observation price_only, the share of the random demonstrations whose observations "
+        "show the changes, as the first updates of env.changes_in_view_updates do; their trade turns restate them "
+        "before the action. 0: none, the curriculum's first observations are then new to the warm-started model"
+    )
     always_call: list[str] = Field(
         [], description="information tools every random demonstration calls first, before its random draws (a "
         "diagnostic: with [get_changes] every trade has the signal in view)"
