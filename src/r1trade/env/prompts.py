@@ -202,10 +202,10 @@ def render_observation(
 ) -> str:
     """What the agent sees at a decision: time, price and recent changes, a few indicators, its portfolio.
 
-    `changes_in_view`: the changes shown under observation price_only too (`env.changes_in_view_updates`). The full style ends with a reminder of the call budget and the trade tools; the compact one leaves that to
+    The full style ends with a reminder of the call budget and the trade tools; the compact one leaves that to
     the system prompt, which says both, and shows the position without its units (its fraction of equity says
-    how much is held).
-    """
+    how much is held). `changes_in_view`: the changes shown under observation price_only too
+    (`env.changes_in_view_updates`)."""
     compact = config.prompt == "compact"
     text = (
         f"Decision {decision + 1}/{decisions} | {market_text(replay, bar, config, changes_in_view)}\n"

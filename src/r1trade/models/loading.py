@@ -6,7 +6,8 @@
   its config, saves it once as safetensors (with tokenizer, chat template and generation config) in the cache
   directory, and every load reads that copy (well under a second from a warm disk).
 - a path to a `.gguf` file: the same conversion.
-- `tiny-random`: a 2-layer Llama (`model.tiny_layers`, `tiny_hidden_size`) built in code with the tokenizer of `r1trade.models.tokenizer`; nothing on disk.
+- `tiny-random`: a small Llama (2 layers of width 64 unless `model.tiny_layers`, `tiny_hidden_size` say otherwise)
+  built in code with the tokenizer of `r1trade.models.tokenizer`; nothing on disk.
   `tiny-random-qwen` is the same model with Qwen2.5's chat template, whose tool calls TRL parses.
 - `random:<shape>`: a real model's shape with random weights, built in code (`r1trade.models.random_models`:
   `random:smollm2-135m`, `random:qwen2.5-0.5b`, `random:qwen2.5-1.5b`), to measure speed and memory.
