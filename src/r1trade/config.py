@@ -270,8 +270,9 @@ class EnvConfig(Section):
         return self
 
     def changes_in_view_at(self, update: int) -> bool:
-        """Whether training update `update` (counted from 1) shows the changes in the observation."""
-        return update <= self.changes_in_view_updates
+        """Whether training update `update` (counted from 1) shows the changes in the observation; update 0 (no
+        training: a backtest, a probe) never does."""
+        return 0 < update <= self.changes_in_view_updates
 
     def _check_vol_target(self) -> None:
         """The volatility-target mandate holds long sizes from `exposures`, over intervals long enough to measure

@@ -679,7 +679,7 @@ def make_envs(
     episode draws its market. `splits`: as for `load_replays`. `update`: the training update (counted from 1)
     they play for, which `env.changes_in_view_updates` reads; 0 (outside training) shows no changes."""
     replays = load_replays(config, split, splits)
-    in_view = update > 0 and config.env.changes_in_view_at(update)
+    in_view = config.env.changes_in_view_at(update)
     return [TradingEnv(replays, config.env, config.rewards, changes_in_view=in_view) for _ in range(count)]
 
 
