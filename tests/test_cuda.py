@@ -64,7 +64,7 @@ def test_an_update_trains_on_the_gpu_and_checkpoints(tmp_path: Path, algorithm: 
         "train.minibatch_size=4", "train.micro_batch_size=2", "train.learning_rate=0.003", "train.updates=1",
     ])
     models = load_agent_models(config.model, seed=0)
-    trainer = Trainer(config, models, lambda n, _update: [VowelEnv(turns=2) for _ in range(n)], tmp_path)
+    trainer = Trainer(config, models, lambda n: [VowelEnv(turns=2) for _ in range(n)], tmp_path)
     assert trainer.distributed.device.type == "cuda"
     adapters = {name: p.detach().cpu().clone() for name, p in models.policy.named_parameters() if p.requires_grad}
     metrics = trainer.update()

@@ -41,22 +41,6 @@ def test_the_price_only_observation_shows_no_change_or_indicator() -> None:
     assert CHANGES.match(reply.splitlines()[0]) and reply.splitlines()[0] == change_line  # the same figures
 
 
-def test_the_curriculum_shows_the_changes_in_its_first_updates_with_get_changes_still_offered() -> None:
-    config = load_config("smoke", [*PRICE_ONLY, "env.changes_in_view_updates=2"])
-    shown = {update: make_envs(config, 1, update=update)[0] for update in (0, 1, 2, 3)}
-    observations = {update: env.reset(seed=3)[0][-1]["content"] for update, env in shown.items()}
-    in_view = {update: text.splitlines()[1] for update, text in observations.items() if "Change:" in text}
-    assert sorted(in_view) == [1, 2]  # updates 1 and 2 see them; update 3 and a backtest (update 0) do not
-    answer = shown[3].step(call("get_changes"))[0][0]["content"].splitlines()[0]
-    assert CHANGES.match(answer) and in_view[1] == in_view[2] == answer  # the very line the tool answers
-    assert all("get_changes()" in env.system_prompt for env in shown.values())
-    assert observations[3] == observations[0] == make_envs(load_config("smoke", PRICE_ONLY), 1)[0].reset(
-        seed=3)[0][-1]["content"]
-    assert not config.env.changes_in_view_at(3) and config.env.changes_in_view_at(1)
-    with pytest.raises(ConfigError, match="changes_in_view_updates needs observation price_only"):
-        load_config("smoke", ["env.changes_in_view_updates=2"])
-
-
 def test_the_information_reward_pays_a_trade_that_looked_first_and_the_trade_lists_the_tools() -> None:
     config = load_config("smoke", [*PRICE_ONLY, "env.episode_decisions=3", "rewards.info_call=0.3"])
     (env,) = make_envs(config, 1)
@@ -181,24 +165,3 @@ def test_more_information_calls_than_the_call_budget_allows_is_refused() -> None
                                    "warmstart.max_info_calls=2"])
     with pytest.raises(ConfigError, match="max_info_calls"):
         collect_demonstrations(config, ChatTokens(build_tiny_tokenizer()), episodes=1, seed=0)
-
-
-def test_a_share_of_the_demonstrations_shows_the_changes_and_restates_them_before_the_action() -> None:
-    overrides = [*PRICE_ONLY, "env.episode_decisions=1", "warmstart.policy=random", "warmstart.max_info_calls=2",
-                 "warmstart.actions=[long, short]", "warmstart.orders=plain", "warmstart.restate=none"]
-    chat = ChatTokens(build_tiny_tokenizer())
-
-    def shown_and_restated(share: float) -> list[tuple[bool, bool]]:
-        config = load_config("smoke", [*overrides, f"warmstart.changes_in_view={share}"])
-        texts = [chat.tokenizer.decode(example["input_ids"])
-                 for example in collect_demonstrations(config, chat, episodes=40, seed=0)]
-        restated = re.compile(r"4 bars [+-]\d+\.\d\d%, 24 bars [+-]\d+\.\d\d%\. Action: (long|short)\.")
-        observations = [text.split("Decision 1/1")[1].split("<|im_end|>")[0] for text in texts]
-        return [("Change: 1 bar" in seen, bool(restated.search(text))) for seen, text in zip(observations, texts)]
-
-    assert set(shown_and_restated(0.0)) == {(False, False)}  # restate none: nothing but the action
-    assert set(shown_and_restated(1.0)) == {(True, True)}
-    half = shown_and_restated(0.5)
-    assert set(half) == {(True, True), (False, False)} and 10 < sum(shown for shown, _ in half) < 30
-    with pytest.raises(ConfigError, match="warmstart.changes_in_view needs env.observation price_only"):
-        collect_demonstrations(load_config("smoke", ["warmstart.changes_in_view=0.5"]), chat, episodes=1, seed=0)

@@ -172,12 +172,6 @@ def test_settings_trl_cannot_honour_are_refused_in_one_line(override: str, named
     assert named in str(refused.value) and "\n" not in str(refused.value)
 
 
-def test_the_changes_curriculum_is_refused_for_trl_whose_environments_do_not_know_the_update():
-    config = trl_config("env.observation=price_only", "env.changes_in_view_updates=2")
-    with pytest.raises(ConfigError, match="env.changes_in_view_updates"):
-        grpo_arguments(config, Path("unused"))
-
-
 def test_train_refuses_them_with_exit_2_before_touching_the_run_folder(capsys, tmp_path: Path):
     code = main(["train", "--config", "smoke", "--set", "train.engine=trl", "--set", f"output_dir={tmp_path}"])
     err = capsys.readouterr().err.strip()

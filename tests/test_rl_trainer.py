@@ -63,7 +63,7 @@ def make_config(**train) -> Config:
 
 def make_trainer(config: Config, run_dir: Path, turns: int = 1, fresh_context: bool = False) -> Trainer:
     models = load_agent_models(config.model, seed=config.seed)
-    return Trainer(config, models, lambda n, _update: [VowelEnv(turns, fresh_context) for _ in range(n)], run_dir)
+    return Trainer(config, models, lambda n: [VowelEnv(turns, fresh_context) for _ in range(n)], run_dir)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -291,19 +291,6 @@ def test_a_temperature_schedule_reaches_the_sampler_and_the_scores(tmp_path: Pat
     assert set(scored[: len(scored) // 3 * 2]) == {0.7} and set(scored[len(scored) // 3 * 2 :]) == {0.5}
 
 
-def test_each_update_makes_its_envs_for_its_own_number_and_logs_the_curriculum_stage(tmp_path: Path):
-    config = make_config(updates=3)
-    config = config.model_copy(update={"env": config.env.model_copy(
-        update={"observation": "price_only", "changes_in_view_updates": 2})})
-    asked = []
-    def envs(n, update):
-        asked.append(update)
-        return [VowelEnv(1) for _ in range(n)]
-    Trainer(config, load_agent_models(config.model, seed=config.seed), envs, tmp_path).train()
-    assert asked == [1, 2, 3]
-    assert [row["changes_in_view"] for row in read_metrics(tmp_path)] == [1.0, 1.0, 0.0]
-
-
 def test_the_look_anchor_schedule_reaches_the_loss(tmp_path: Path, monkeypatch):
     seen = []
     coefficients = trainer_module.kl_coefficients
@@ -327,7 +314,7 @@ def test_micro_batches_cut_by_length_give_the_same_scores_and_step(tmp_path: Pat
     for order in ("drawn", "length"):
         config = make_config(updates=1, micro_batch_order=order, minibatch_size=8, micro_batch_size=3, epochs=1)
         models = load_agent_models(config.model, seed=config.seed)
-        trainer = Trainer(config, models, lambda n, _update: [RaggedEnv(2) for _ in range(n)], tmp_path / order)
+        trainer = Trainer(config, models, lambda n: [RaggedEnv(2) for _ in range(n)], tmp_path / order)
         rollout = collate(trainer.rollout(), pad_id=trainer.engine.pad_id)
         scored = compute_advantages(trainer.score(rollout), trainer.config.train)
         trainer.optimise(scored)

@@ -78,7 +78,7 @@ def make_trainer(
             for p in module.parameters():
                 if p.requires_grad:
                     p.add_(torch.randn(p.shape, generator=generator) * 0.02)
-    return Trainer(config, models, lambda n, _update: [], tmp_path)
+    return Trainer(config, models, lambda n: [], tmp_path)
 
 
 def gradients(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -210,15 +210,15 @@ def test_old_log_probs_from_the_rollout_equal_a_fresh_scoring_pass(tmp_path, alg
         "model.name_or_path=tiny-random", "rollout.num_envs=4", "rollout.max_new_tokens=5", "train.group_size=2",
         f"train.algorithm={algorithm}", "train.old_logprobs=rollout",
     ])
-    trainer = Trainer(config, load_agent_models(config.model, seed=0),
-                      lambda n, _update: [CountingEnv() for _ in range(n)], tmp_path)
+    trainer = Trainer(config, load_agent_models(config.model, seed=0), lambda n: [CountingEnv() for _ in range(n)],
+                      tmp_path)
     batch = collate(trainer.rollout(), pad_id=trainer.engine.pad_id)
     sampled = batch.old_logprobs.clone()
     scored = trainer.score(batch)
     assert torch.equal(scored.old_logprobs, sampled)  # kept as sampled
     assert scored.ref_logprobs is not None and (scored.old_values is not None) == (algorithm == "ppo")
     fresh = Trainer(config.model_copy(update={"train": config.train.model_copy(update={"old_logprobs": "recompute"})}),
-                    trainer.models, lambda n, _update: [], tmp_path).score(collate_again(batch))
+                    trainer.models, lambda n: [], tmp_path).score(collate_again(batch))
     action = batch.action_mask.bool()
     assert action.sum() > 10
     torch.testing.assert_close(fresh.old_logprobs[action], sampled[action], atol=1e-4, rtol=0)

@@ -313,12 +313,10 @@ def test_a_damaged_borrowed_warm_start_config_is_one_line_and_runs_nothing(capsy
 
 def test_a_warm_start_is_borrowed_across_sampling_settings_but_not_across_its_turn_length(tmp_path: Path) -> None:
     warm = tmp_path / "seed-0" / "warmstart"
-    price_only = "env.observation=price_only"
-    load_config("smoke", [price_only]).save(warm)
+    load_config("smoke").save(warm)
     (warm / "warmstart.json").write_text("{}")
-    sampled_otherwise = load_config("smoke", [price_only, "rollout.num_envs=96", "rollout.temperature=0.5",
-                                              "train.epochs=3", "env.changes_in_view_updates=40"])
+    sampled_otherwise = load_config("smoke", ["rollout.num_envs=96", "rollout.temperature=0.5", "train.epochs=3"])
     assert borrowed_warm_start(warm, sampled_otherwise) == warm / "model"
-    shorter_turns = load_config("smoke", [price_only, "rollout.max_new_tokens=7"])
+    shorter_turns = load_config("smoke", ["rollout.max_new_tokens=7"])
     with pytest.raises(UsageError, match="ran another config"):
         borrowed_warm_start(warm, shorter_turns)

@@ -230,12 +230,6 @@ class EnvConfig(Section):
         "full", description="full: observations show time, price, recent changes and observe_indicators; "
         "price_only: time, price and the portfolio alone, the changes only through the get_changes tool"
     )
-    changes_in_view_updates: int = Field(
-        0, ge=0, le=MAX_COUNT,
-        description="a curriculum for observation price_only: in training updates 1 to this one the observation "
-        "also shows the changes get_changes answers (get_changes stays offered), so the trade learns to read them "
-        "before looking them up has to pay; after it, and in every backtest, they sit behind the tool. 0: never"
-    )
     prompt: Literal["full", "compact"] = Field(
         "full", description="system prompt and observation text: full, or compact (the same tools and rules in "
         "under half the tokens); a model is best run with the style it was trained on"
@@ -262,17 +256,10 @@ class EnvConfig(Section):
             self._check_vol_target()
         if self.max_context_turns < self.history_turns:
             raise ValueError("max_context_turns must be at least history_turns")
-        if self.changes_in_view_updates and self.observation != "price_only":
-            raise ValueError("changes_in_view_updates needs observation price_only (full shows the changes always)")
         unknown = [name for name in self.observe_indicators if name not in self.indicators]
         if unknown:
             raise ValueError(f"observe_indicators {unknown} are not in indicators")
         return self
-
-    def changes_in_view_at(self, update: int) -> bool:
-        """Whether training update `update` (counted from 1) shows the changes in the observation; update 0 (no
-        training: a backtest, a probe) never does."""
-        return 0 < update <= self.changes_in_view_updates
 
     def _check_vol_target(self) -> None:
         """The volatility-target mandate holds long sizes from `exposures`, over intervals long enough to measure
@@ -680,12 +667,6 @@ class WarmstartConfig(Section):
     restate: Literal["all", "none"] = Field(
         "all", description="the random policy's trade reasoning under env.observation price_only: one line of each "
         "tool it called (all), or nothing but the action (none: every trade turn is as short, whatever was called)"
-    )
-    changes_in_view: float = Field(
-        0.0, ge=0, le=1,
-        description="under env.observation price_only, the share of the random demonstrations whose observations "
-        "show the changes, as the first updates of env.changes_in_view_updates do; their trade turns restate them "
-        "before the action. 0: none, the curriculum's first observations are then new to the warm-started model"
     )
     always_call: list[str] = Field(
         [], description="information tools every random demonstration calls first, before its random draws (a "

@@ -58,10 +58,9 @@ WARMSTART_LOG = "warmstart.json"
 """What `warmstart` writes last, once the model is saved."""
 WARM_START_UNREAD: dict[str, Any] = {
     "train": True, "backtest": True, "rollout": set(RolloutConfig.model_fields) - {"max_new_tokens"},
-    "env": {"changes_in_view_updates"},
 }
-"""What a warm start does not read: RL, the backtest, the rollout's sampling (its `max_new_tokens` bounds the
-demonstrated turns, so it is read) and RL's curriculum."""
+"""What a warm start does not read: RL, the backtest and the rollout's sampling (its `max_new_tokens` bounds the
+demonstrated turns, so it is read)."""
 STARTING_ROW = "base model"
 """The report's row of the model RL started from (`--baseline base-model`)."""
 ACCURACY, GAIN, RETURN, INFO_CALLS = (

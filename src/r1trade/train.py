@@ -77,8 +77,7 @@ def _train_agent(config: Config, run_dir: Path, *, resume: bool, force: bool, co
                     trainer = TRLTrainer(config, run_dir, on_update=on_update)
                 else:
                     trainer = Trainer(
-                        config, models, lambda n, update: make_envs(config, n, "train", update=update), run_dir,
-                        on_update=on_update,
+                        config, models, lambda n: make_envs(config, n, "train"), run_dir, on_update=on_update
                     )
                 if resume:
                     _resume(trainer, run_dir)

@@ -50,11 +50,7 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
             f"below env.max_tool_calls "
             f"({config.env.max_tool_calls}): the trade would be a forced hold"
         )
-    if warm.changes_in_view and config.env.observation != "price_only":
-        raise ConfigError("warmstart.changes_in_view needs env.observation price_only (full shows the changes always)")
-    in_view = np.random.default_rng([seed, 2]).random(episodes) < warm.changes_in_view
-    for env, shown in zip(make_envs(config, episodes, "train"), in_view, strict=True):
-        env.changes_in_view = bool(shown)
+    for env in make_envs(config, episodes, "train"):
         if unknown := sorted(set(warm.always_call) - env.info_tools):
             raise ConfigError(f"warmstart.always_call names {unknown[0]!r}, not one of the information tools "
                               f"{', '.join(sorted(env.info_tools))}")

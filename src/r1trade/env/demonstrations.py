@@ -81,10 +81,9 @@ def random_turn(
     The action is drawn from `choices` (long, short when allowed, hold and close by default); an order's size, stop
     and take-profit are drawn too, unless `plain` (the largest allowed size, no stop, no take-profit); under
     the volatility-target mandate the draw is over its sizes (`_mandate_action`; `plain` does not apply). The
-    reasoning names no cause: it restates the changes the observation showed (`env.observation: full`, or the
-    env's `changes_in_view`), and under price_only one line of what each other information tool `looked` at
-    this decision returned (`restated_result`; nothing with `restate` none, so every trade turn is as short
-    whatever was looked at), then `Action: <action>.`; the
+    reasoning names no cause: it restates the changes the observation showed (`env.observation: full`), or one
+    line of what each information tool `looked` at this decision returned (`restated_result`; nothing with
+    `restate` none, so every trade turn is as short whatever was looked at), then `Action: <action>.`; the
     token after `Action:` is the one that picks the trade, and the call carries it out.
     """
     actions = [a for a in choices if a != "short" or env.env_config.allow_short]
@@ -94,10 +93,10 @@ def random_turn(
         action, call = _mandate_action(env, rng, actions)
     else:
         action, call = _trade_action(env, rng, actions, plain=plain)
-    in_view = env.env_config.observation == "full" or env.changes_in_view
-    facts = [observed_changes(env)] if in_view else []
-    if env.env_config.observation == "price_only" and restate == "all":  # each tool's answer restated alike
-        facts += [restated_result(env, name) for name in looked if not (in_view and name == SIGNAL_TOOL)]
+    if env.env_config.observation == "full":
+        facts = [observed_changes(env)]
+    else:  # each tool's answer restated alike (or none), so no tool's turn is longer to write than another's
+        facts = [restated_result(env, name) for name in looked] if restate == "all" else []
     reasoning = "".join(f"{fact.rstrip('.')}. " for fact in facts) + f"{ACTION_PROMPT} {action}."
     return f"{reasoning}\n<tool_call>{json.dumps(call)}</tool_call>"
 

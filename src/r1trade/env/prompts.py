@@ -198,17 +198,15 @@ def render_observation(
     decision: int,
     decisions: int,
     config: EnvConfig,
-    changes_in_view: bool = False,
 ) -> str:
     """What the agent sees at a decision: time, price and recent changes, a few indicators, its portfolio.
 
     The full style ends with a reminder of the call budget and the trade tools; the compact one leaves that to
     the system prompt, which says both, and shows the position without its units (its fraction of equity says
-    how much is held). `changes_in_view`: the changes shown under observation price_only too
-    (`env.changes_in_view_updates`)."""
+    how much is held)."""
     compact = config.prompt == "compact"
     text = (
-        f"Decision {decision + 1}/{decisions} | {market_text(replay, bar, config, changes_in_view)}\n"
+        f"Decision {decision + 1}/{decisions} | {market_text(replay, bar, config)}\n"
         f"{describe_portfolio(portfolio, price=replay.close[bar], units=not compact)}"
     )
     if compact:
@@ -216,18 +214,18 @@ def render_observation(
     return f"{text}\nTool calls left: {config.max_tool_calls}. End with {TRADE_TOOLS}."
 
 
-def market_text(replay: MarketReplay, bar: int, config: EnvConfig, changes_in_view: bool = False) -> str:
+def market_text(replay: MarketReplay, bar: int, config: EnvConfig) -> str:
     """The market part of an observation, rendered once per bar: time and price, then (observation `full`) the
-    recent changes and the `observe_indicators`; under price_only, the changes alone with `changes_in_view`."""
+    recent changes and the `observe_indicators`."""
     price_only = config.observation == "price_only"
-    key = (bar, config.decision_every, price_only, changes_in_view, *config.observe_indicators)
+    key = (bar, config.decision_every, price_only, *config.observe_indicators)
     text = replay.text_cache.get(key)
     if text is None:
         lines = [f"{replay.decision_labels[bar]} | {replay.symbol} {format_price(replay.close[bar])}"]
-        if not price_only or changes_in_view:
+        if not price_only:
             lines.append(changes_text(replay, bar, config.decision_every))
-        if not price_only and config.observe_indicators:
-            lines.append(" | ".join(replay.feature_text[name][bar] for name in config.observe_indicators))
+            if config.observe_indicators:
+                lines.append(" | ".join(replay.feature_text[name][bar] for name in config.observe_indicators))
         text = replay.text_cache[key] = "\n".join(lines)
     return text
 

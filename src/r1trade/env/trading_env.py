@@ -136,7 +136,6 @@ class TradingEnv:
         reward_config: RewardsConfig,
         *,
         sentiment: pd.Series | None = None,
-        changes_in_view: bool = False,
     ) -> None:
         if isinstance(candles, pd.DataFrame):
             markets = [MarketReplay.build(
@@ -160,8 +159,6 @@ class TradingEnv:
         self.replay = markets[0]
         self.env_config = env_config
         self.reward_config = reward_config
-        self.changes_in_view = changes_in_view
-        """Observation price_only shows the changes too (a curriculum's first updates: `make_envs`)."""
         self._weights = rewards.component_weights(reward_config)
         market_tools = MarketDataToolkit(
             indicators=env_config.indicators, max_candles=env_config.max_candles,
@@ -538,7 +535,7 @@ class TradingEnv:
         episode = self._state
         return render_observation(
             self.replay, episode.portfolio, bar=episode.bar, decision=episode.decision,
-            decisions=episode.decisions, config=self.env_config, changes_in_view=self.changes_in_view,
+            decisions=episode.decisions, config=self.env_config,
         )
 
     def _extend_context(self, text: str, messages: list[Message], *, decision_done: bool) -> bool:
@@ -673,14 +670,12 @@ def load_replays(config: Config, split: str = "train", splits: list[Splits] | No
 
 
 def make_envs(
-    config: Config, count: int, split: str = "train", splits: list[Splits] | None = None, *, update: int = 0
+    config: Config, count: int, split: str = "train", splits: list[Splits] | None = None
 ) -> list[TradingEnv]:
     """`count` envs sharing the market replays (what a batched rollout uses); with several candle files each
-    episode draws its market. `splits`: as for `load_replays`. `update`: the training update (counted from 1)
-    they play for, which `env.changes_in_view_updates` reads; 0 (outside training) shows no changes."""
+    episode draws its market. `splits`: as for `load_replays`."""
     replays = load_replays(config, split, splits)
-    in_view = config.env.changes_in_view_at(update)
-    return [TradingEnv(replays, config.env, config.rewards, changes_in_view=in_view) for _ in range(count)]
+    return [TradingEnv(replays, config.env, config.rewards) for _ in range(count)]
 
 
 class FixedStart:

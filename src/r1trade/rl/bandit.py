@@ -104,7 +104,7 @@ def learning_curve(
 
     curve = [probability()]
     trainer = Trainer(
-        config, models, lambda n, _update: [LetterBandit(reward, noise, decisions) for _ in range(n)], Path(run_dir),
+        config, models, lambda n: [LetterBandit(reward, noise, decisions) for _ in range(n)], Path(run_dir),
         on_update=lambda _: curve.append(probability()),
     )
     trainer.train()

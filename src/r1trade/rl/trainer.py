@@ -60,7 +60,7 @@ from r1trade.rl.losses import (
 from r1trade.rl.masks import masked_mean
 from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 
-EnvFactory = Callable[[int, int], Sequence[TextEnv]]  # (number of environments, update from 1) -> environments
+EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
 
 
 @dataclass
@@ -180,8 +180,6 @@ class Trainer:
             learning_rate=self.scheduler.get_last_lr()[0],
             temperature=self.sampling.temperature,  # what this update sampled at (rollout.temperature_from)
         )
-        if self.config.env.changes_in_view_updates:  # the curriculum's stage: 1 while the changes are in view
-            metrics["changes_in_view"] = float(self.config.env.changes_in_view_at(self.state.step + 1))
         if self.uses_critic:
             metrics["explained_variance"] = explained_variance(batch.old_values, batch.returns, batch.value_mask)
         metrics["warnings"] = self.echo_trap_warnings(metrics)
@@ -194,8 +192,7 @@ class Trainer:
         groups = [offset + i // size for i in range(n)]
         seeds = [_episode_seed(self.config.seed, self.state.step, g) for g in groups]
         self.sampling.temperature = self.config.rollout.temperature_at(self.state.step + 1)
-        envs = self.env_factory(n, self.state.step + 1)
-        return self.engine.run(envs, seeds, groups=groups, generator=self.generator)
+        return self.engine.run(self.env_factory(n), seeds, groups=groups, generator=self.generator)
 
     @torch.no_grad()
     def score(self, batch: RolloutBatch) -> RolloutBatch:
