@@ -311,12 +311,14 @@ def test_a_damaged_borrowed_warm_start_config_is_one_line_and_runs_nothing(capsy
     assert not out.exists()
 
 
-def test_a_warm_start_is_borrowed_across_sampling_settings_but_not_across_its_turn_length(tmp_path: Path) -> None:
+def test_a_warm_start_is_borrowed_across_sampling_and_reward_settings_but_not_across_its_turn_length(tmp_path: Path) -> None:
     warm = tmp_path / "seed-0" / "warmstart"
     load_config("smoke").save(warm)
     (warm / "warmstart.json").write_text("{}")
     sampled_otherwise = load_config("smoke", ["rollout.num_envs=96", "rollout.temperature=0.5", "train.epochs=3"])
     assert borrowed_warm_start(warm, sampled_otherwise) == warm / "model"
+    rewarded_otherwise = load_config("smoke", ["rewards.info_call=0", "rewards.format_penalty=0"])
+    assert borrowed_warm_start(warm, rewarded_otherwise) == warm / "model"
     shorter_turns = load_config("smoke", ["rollout.max_new_tokens=7"])
     with pytest.raises(UsageError, match="ran another config"):
         borrowed_warm_start(warm, shorter_turns)

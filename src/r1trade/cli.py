@@ -872,7 +872,7 @@ def seeds_command(
     warm_from: Annotated[
         Path | None,
         typer.Option("--warmstart-from", help="start each seed from the finished warm start of this other "
-                     "seeds folder (same config outside train, backtest and sampling): variants compared from "
+                     "seeds folder (same config outside train, rewards, backtest and sampling): variants compared from "
                      "the same models"),
     ] = None,
 ) -> None:

@@ -57,10 +57,11 @@ WARMSTART_DIR, RUN_DIR, TEST_DIR = "warmstart", "run", "test"
 WARMSTART_LOG = "warmstart.json"
 """What `warmstart` writes last, once the model is saved."""
 WARM_START_UNREAD: dict[str, Any] = {
-    "train": True, "backtest": True, "rollout": set(RolloutConfig.model_fields) - {"max_new_tokens"},
+    "train": True, "rewards": True, "backtest": True, "rollout": set(RolloutConfig.model_fields) - {"max_new_tokens"},
 }
-"""What a warm start does not read: RL, the backtest and the rollout's sampling (its `max_new_tokens` bounds the
-demonstrated turns, so it is read)."""
+"""What a warm start does not read: RL, its rewards, the backtest and the rollout's sampling (its
+`max_new_tokens` bounds the demonstrated turns, so it is read). Imitation scores tokens, not rewards, so a reward
+ablation may start from the recipe's own warm start."""
 STARTING_ROW = "base model"
 """The report's row of the model RL started from (`--baseline base-model`)."""
 ACCURACY, GAIN, RETURN, INFO_CALLS = (
@@ -184,7 +185,7 @@ def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
     if theirs.model_dump(exclude=WARM_START_UNREAD) != config.model_dump(exclude=WARM_START_UNREAD):
         raise UsageError(
             f"--warmstart-from: the warm start in '{warm_dir}' ran another config (it differs outside train, "
-            "backtest and the rollout's sampling), so it is not this recipe's warm start"
+            "rewards, backtest and the rollout's sampling), so it is not this recipe's warm start"
         )
     return warm_dir / "model"
 
