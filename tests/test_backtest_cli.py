@@ -17,7 +17,7 @@ from r1trade.data.synthetic import decision_grid
 
 DEFAULT_STRATEGIES = BacktestConfig().strategies
 REPORT_FILES = (
-    "metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "metrics.md", "config.yaml",
+    "metrics.json", "trades.csv", "equity.csv", "hits.csv", "equity.png", "report.html", "metrics.md", "config.yaml",
 )
 
 

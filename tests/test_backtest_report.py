@@ -55,7 +55,8 @@ def test_report_files_are_well_formed(context: ReportContext, tmp_path: Path) ->
     assert len(runs[0].trades) >= 2
     files = write_report(runs, context, tmp_path / "out")
     assert sorted(f.name for f in files) == sorted(
-        ["metrics.json", "trades.csv", "equity.csv", "equity.png", "report.html", "metrics.md", "config.yaml"]
+        ["metrics.json", "trades.csv", "equity.csv", "hits.csv", "equity.png", "report.html", "metrics.md",
+         "config.yaml"]
     )
     assert all(f.is_file() and f.stat().st_size > 0 for f in files)
 
@@ -87,6 +88,13 @@ def test_report_files_are_well_formed(context: ReportContext, tmp_path: Path) ->
     equity = pd.read_csv(tmp_path / "out" / "equity.csv", index_col=0, parse_dates=True)
     assert list(equity.columns) == ["agent", "buy_and_hold", "random"]
     assert len(equity) == len(context.candles) and (equity.iloc[0] == 10_000.0).all()
+
+    hits = pd.read_csv(tmp_path / "out" / "hits.csv", index_col=0, parse_dates=True)
+    assert list(hits.columns) == ["buy_and_hold", "random"]  # the agent-like run here carries no hits
+    assert list(hits.index) == list(context.candles.index[context.decision_bars])
+    for name in hits.columns:  # the accuracy is the share of its decisions' hits
+        assert 100 * hits[name].mean() == pytest.approx(document["strategies"][name]["Direction Accuracy [%]"])
+    assert set(hits["buy_and_hold"].unique()) <= {0.0, 1.0}
 
     assert (tmp_path / "out" / "equity.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert "name: unit" in (tmp_path / "out" / "config.yaml").read_text()

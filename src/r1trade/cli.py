@@ -953,6 +953,30 @@ def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
     return table
 
 
+@app.command("compare-seeds")
+def compare_seeds_command(
+    reference: Annotated[Path, typer.Argument(help="the recipe's seeds folder (`r1trade seeds --out`)")],
+    variants: Annotated[list[Path], typer.Argument(help="seeds folders of its variants, run on the same seeds")],
+    resamples: Annotated[int, typer.Option(min=100, max=20_000, help="bootstrap resamples")] = 2000,
+    block: Annotated[float, typer.Option(min=1.0, help="mean block length of the decisions' bootstrap")] = 10.0,
+) -> None:
+    """Each variant's held-out Direction Accuracy [%] minus the recipe's, paired by seed and by test decision,
+    with a 95 % interval that resamples both the seeds and the decisions (an ablation's table, in Markdown)."""
+    from r1trade.seeds import compare_seeds
+
+    lines = ["| variant | seeds | recipe [%] | variant [%] | per seed [pp] | difference [pp] (95 % interval) |",
+             "|---|---|---:|---:|---|---:|"]
+    for variant in variants:
+        found = compare_seeds(reference, variant, resamples=resamples, mean_block=block)
+        mean = {arm: sum(values.values()) / len(values) for arm, values in
+                (("reference", found.reference), ("variant", found.variant))}
+        per_seed = ", ".join(f"{seed}: {value:+.1f}" for seed, value in found.per_seed.items())
+        low, high = found.interval
+        lines.append(f"| {variant.name} | {' '.join(map(str, found.seeds))} | {mean['reference']:.1f} | "
+                     f"{mean['variant']:.1f} | {per_seed} | {found.difference:+.1f} [{low:+.1f}, {high:+.1f}] |")
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
 # --------------------------------------------------------------------------- paper trading
 
 

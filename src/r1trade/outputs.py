@@ -20,7 +20,7 @@ from pathlib import Path
 from r1trade.errors import OutputError, UsageError
 
 REPORT_FILES = frozenset(
-    {"metrics.json", "metrics.md", "trades.csv", "equity.csv", "equity.png", "report.html", "config.yaml"}
+    {"metrics.json", "metrics.md", "trades.csv", "equity.csv", "hits.csv", "equity.png", "report.html", "config.yaml"}
 )
 """Everything a backtest report folder holds: a folder of only these may be replaced with --force."""
 TRAINING_MARKERS = ("checkpoints", "metrics.jsonl", "trainer_state.json", "policy", "critic", "model")

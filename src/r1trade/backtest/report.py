@@ -2,7 +2,8 @@
 
 `write_report` writes, into one directory: `metrics.json` (every strategy's metrics, the splits, the costs),
 `trades.csv` (all round trips, a `strategy` column first), `equity.csv` (one column per strategy),
-`equity.png` (equity curves and a drawdown panel), `report.html` (self-contained: inline CSS, the PNG embedded
+`hits.csv` (per scored decision, whether each strategy's direction was right: what paired comparisons of runs
+on the same decisions resample, `r1trade compare-seeds`), `equity.png` (equity curves and a drawdown panel), `report.html` (self-contained: inline CSS, the PNG embedded
 as base64, no scripts), `metrics.md` (the metrics as a Markdown table) and the resolved `config.yaml`. `comparison_tables` is the same metrics as Rich tables.
 
 JSON has no NaN or infinity, so metrics.json writes NaN as null and ±infinity as the strings "inf" / "-inf"
@@ -75,6 +76,9 @@ penalty)."""
 
 MAX_HTML_TRADES = 500
 """Trades listed per strategy in the HTML page; trades.csv always has them all."""
+
+HITS_FILE = "hits.csv"
+"""Per scored decision, each strategy's hit: what paired comparisons of runs on the same decisions resample."""
 
 _DATA_ATTRS = ("symbol", "timeframe", "source")
 _DIRECTIONS = {1: "long", -1: "short"}
@@ -294,6 +298,7 @@ def write_report(
         "metrics.json": json.dumps(metrics_document(runs, context, folds), indent=2) + "\n",
         "trades.csv": trades_frame(runs).to_csv(index=False),
         "equity.csv": equity_frame(runs).to_csv(),
+        HITS_FILE: hits_frame(runs, context).to_csv(),
         "equity.png": png,
         "report.html": render_html(runs, context, png, folds),
         "metrics.md": markdown,
@@ -645,6 +650,14 @@ def _nullable_integers(trades: pd.DataFrame) -> pd.DataFrame:
 def equity_frame(runs: list[StrategyRun]) -> pd.DataFrame:
     """Equity per bar, one column per strategy, aligned on time."""
     return pd.concat({run.name: run.equity for run in runs}, axis=1)
+
+
+def hits_frame(runs: list[StrategyRun], context: ReportContext) -> pd.DataFrame:
+    """Per scored decision (indexed by its bar's time), one column per strategy scored there: 1 if its direction
+    was right, 0 if not (the random baseline: the share of its seeds that were right)."""
+    times = context.candles.index[context.decision_bars]
+    scored = {run.name: run.hits for run in runs if run.hits is not None and len(run.hits) == len(times)}
+    return pd.DataFrame(scored, index=pd.Index(times, name="timestamp"), dtype=float)
 
 
 def best_strategies(runs: list[StrategyRun]) -> dict[str, set[str]]:
