@@ -163,8 +163,8 @@ def test_every_int_field_has_an_upper_bound():
     absurd, before numpy meets an integer it cannot hold or a run sizes its arrays by it."""
     fields = [dotted for dotted, _ in fields_of(int)]
     assert {"backtest.bootstrap_resamples", "rollout.max_new_tokens", "backtest.agent_windows"} <= set(fields)
-    for dotted in [*fields, "rollout.temperature_from"]:
-        value = "{1000000000000000000000000000000: 0.5}" if dotted == "rollout.temperature_from" else 10**30
+    for dotted in fields:
+        value = 10**30
         with pytest.raises(ConfigError, match=r"less than|at most") as caught:
             load_config(None, [f"{dotted}={value}"])
         assert len(str(caught.value)) < 400

@@ -161,7 +161,6 @@ def test_trls_tool_loop_drives_the_env_and_masks_its_answers(tmp_path: Path):
         ("train.look_kl_coef=0.3", "train.look_kl_coef"),
         ("train.kl_placement=reward", "train.kl_placement"),
         ("rollout.temperature=0", "rollout.temperature"),
-        ("rollout.temperature_from={2: 0.5}", "rollout.temperature_from"),
         ("rollout.num_envs=3", "group_size"),
         ("train.trl_args={learning_rate: 0.1}", "train.trl_args.learning_rate"),
     ],

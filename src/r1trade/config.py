@@ -428,21 +428,12 @@ class RolloutConfig(Section):
         96, ge=1, le=32_768, description="at most 32,768: the longest context of the models"
     )
     temperature: float = Field(1.0, ge=0)
-    temperature_from: dict[Annotated[int, Field(ge=1, le=MAX_COUNT)], Annotated[float, Field(ge=0)]] = Field(
-        default_factory=dict, description="training only: another sampling temperature from a given update on, e.g. "
-        "{34: 0.5} samples updates 1-33 at `temperature` and 34 on at 0.5 (the evaluation commands sample at "
-        "`temperature`)"
-    )
     top_p: float = Field(1.0, gt=0, le=1)
     compact_below: float = Field(
         0.5, ge=0, le=1, description="decode only the rows still in their turn once they are at most this share of "
         "the rows (copied apart, so a step stops paying for finished rows; the draws are the same); 0: never"
     )
 
-    def temperature_at(self, update: int) -> float:
-        """The sampling temperature of training update `update` (counted from 1)."""
-        started = [first for first in self.temperature_from if first <= update]
-        return self.temperature_from[max(started)] if started else self.temperature
 
 
 GROUP_ALGORITHMS = ("grpo", "dr_grpo", "rloo")
@@ -534,11 +525,6 @@ class TrainConfig(Section):
         None, ge=0, description="the KL coefficient on the tokens of turns that place no trade (information calls, "
         "malformed turns) instead of kl_coef: a larger one holds what the agent looks at near the reference policy "
         "while its trade learns to read the answer. None: kl_coef on every token"
-    )
-    look_kl_updates: int | None = Field(
-        None, ge=1, le=MAX_COUNT,
-        description="look_kl_coef holds for updates 1 to this one, kl_coef on every token after: the "
-        "anchor can come off once the tool choice has settled. None: every update"
     )
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
     loss_mask: bool = Field(True, description="losses over sampled tokens only (False: every valid token)")
@@ -632,16 +618,8 @@ class TrainConfig(Section):
         grouped = self.algorithm in GROUP_ALGORITHMS and not self.step_groups
         if self.turn_gamma is not None and (self.credit != "turn" or grouped):
             raise ValueError("turn_gamma needs credit: turn with algorithm ppo or reinforce_pp, or step_groups")
-        if self.look_kl_updates is not None and self.look_kl_coef is None:
-            raise ValueError("look_kl_updates needs look_kl_coef")
         return self
 
-    def at_update(self, update: int) -> TrainConfig:
-        """This section as training update `update` (counted from 1) applies it: the look anchor off after
-        `look_kl_updates`."""
-        if self.look_kl_updates is not None and update > self.look_kl_updates:
-            return self.model_copy(update={"look_kl_coef": None, "look_kl_updates": None})
-        return self
 
 
 class WarmstartConfig(Section):
@@ -967,6 +945,10 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 RETIRED_KEYS: dict[tuple[str, str], Any] = {
     ("warmstart", "both_sides"): False,  # a diagnostic no recipe used (docs/notebook/results-log.md section 27)
+    ("env", "changes_in_view_updates"): 0,  # a curriculum that taught no reading (section 51)
+    ("warmstart", "changes_in_view"): 0.0,  # its warm start
+    ("rollout", "temperature_from"): {},  # one run's schedules: the recipe samples and anchors the same
+    ("train", "look_kl_updates"): None,  # way on every update (section 52)
 }
 """Keys r1trade no longer has, with the value that behaves as r1trade does now. Every saved run's config.yaml
 spells out every key, so a run saved before a key was retired still loads when it holds that value."""

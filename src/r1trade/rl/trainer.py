@@ -32,7 +32,7 @@ from r1trade.rollout.loop import TextEnv, Trajectory
 from r1trade.rollout.build import transformers_engine
 from r1trade.models.agent_models import AgentModels, reference_context
 from r1trade.models.scoring import token_logprobs, token_outputs
-from r1trade.config import Config, TrainConfig
+from r1trade.config import Config
 from r1trade.errors import TrainingInterrupted
 from r1trade.outputs import append_line
 from r1trade.rl.advantages import (
@@ -140,7 +140,7 @@ class Trainer:
 
     def update(self) -> dict:
         """One rollout → score → advantages → optimise round; returns its metrics."""
-        cfg = self._train_config()
+        cfg = self.config.train
         # 1. rollout
         started = time.perf_counter()
         trajectories = self.rollout()
@@ -178,7 +178,7 @@ class Trainer:
             scored_tokens=int(batch.attention_mask.sum()),
             peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             learning_rate=self.scheduler.get_last_lr()[0],
-            temperature=self.sampling.temperature,  # what this update sampled at (rollout.temperature_from)
+            temperature=self.sampling.temperature,
         )
         if self.uses_critic:
             metrics["explained_variance"] = explained_variance(batch.old_values, batch.returns, batch.value_mask)
@@ -191,7 +191,6 @@ class Trainer:
         offset = self.distributed.process_index * n  # other processes play other start states
         groups = [offset + i // size for i in range(n)]
         seeds = [_episode_seed(self.config.seed, self.state.step, g) for g in groups]
-        self.sampling.temperature = self.config.rollout.temperature_at(self.state.step + 1)
         return self.engine.run(self.env_factory(n), seeds, groups=groups, generator=self.generator)
 
     @torch.no_grad()
@@ -297,7 +296,7 @@ class Trainer:
         """The algorithm's loss on a micro-batch: the policy terms' mean over its loss-mask tokens times
         `weights[0]`, plus the value loss's mean over its value positions times `weights[1]`; the statistics are
         the unweighted means."""
-        cfg = self._train_config()
+        cfg = self.config.train
         micro = self._through_last_action(micro)
         mask = self._loss_mask(micro)
         out = token_outputs(
@@ -354,13 +353,9 @@ class Trainer:
         return action_mask if self.config.train.loss_mask else None
 
     def _temperature(self) -> float:
-        """The sampling temperature of the update under way (1 for greedy, whose log-probs are untempered)."""
-        t = self.config.rollout.temperature_at(self.state.step + 1)
+        """The sampling temperature (1 for greedy, whose log-probs are untempered)."""
+        t = self.config.rollout.temperature
         return t if t > 0 else 1.0
-
-    def _train_config(self) -> TrainConfig:
-        """The train section as the update under way applies it (`TrainConfig.at_update`)."""
-        return self.config.train.at_update(self.state.step + 1)
 
     def echo_trap_warnings(self, metrics: dict) -> list[str]:
         """RAGEN's echo trap: collapsing reward variance or entropy, or a spiking gradient norm."""

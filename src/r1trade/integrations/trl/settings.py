@@ -84,9 +84,6 @@ def check_trl_settings(config: Config) -> None:
         )
     if config.rollout.temperature == 0:
         raise ConfigError("train.engine trl: GRPOTrainer samples; set rollout.temperature above 0")
-    if config.rollout.temperature_from:
-        raise ConfigError("train.engine trl: GRPOTrainer samples every update at one temperature; leave "
-                          "rollout.temperature_from empty")
     if config.rollout.num_envs % train.group_size:
         raise ConfigError(f"train.engine trl: rollout.num_envs ({config.rollout.num_envs}) must be a multiple of "
                           f"train.group_size ({train.group_size}): TRL generates whole groups")
