@@ -271,6 +271,28 @@ def test_episode_metrics_count_direction_accuracy_over_decisions_only():
     assert "direction_accuracy" not in episode_metrics([Trajectory(seed=0, group=0, turns=[turn(None)])])
 
 
+def test_the_trade_actions_shares_and_a_collapse_to_one_action_is_warned(tmp_path: Path):
+    from r1trade.rollout.loop import Trajectory, Turn
+    from r1trade.rl.episode_metrics import episode_metrics
+
+    def turn(action, forced=False):
+        order = None if action is None else {"action": action}
+        return Turn(0, 0, 1, "x", 0.0, False, {"parse_error": None, "order": order, "forced_hold": forced})
+
+    looks_then_longs = Trajectory(seed=0, group=0, turns=[turn(None), turn("long"), turn("long")])
+    others = Trajectory(seed=1, group=0, turns=[turn("short"), turn("hold", forced=True)])
+    metrics = episode_metrics([looks_then_longs, others])  # 4 decisions: long 2, short 1, a forced hold 1
+    assert {k: v for k, v in metrics.items() if k.startswith("action_rate/")} == {
+        "action_rate/forced_hold": 0.25, "action_rate/long": 0.5, "action_rate/short": 0.25}
+    trainer = make_trainer(make_config(updates=1), tmp_path)
+    healthy = {"reward_std": 1.0, "entropy": 1.0}  # only the action shares may warn here
+    assert trainer.echo_trap_warnings({**metrics, **healthy}) == []
+    collapsed = episode_metrics([Trajectory(seed=s, group=0, turns=[turn("long")]) for s in range(19)]
+                                + [Trajectory(seed=19, group=0, turns=[turn("short")])])  # long at 19 of 20
+    assert collapsed["action_rate/long"] == 0.95
+    assert trainer.echo_trap_warnings({**collapsed, **healthy}) == ["one action took 95% of the decisions (long)"]
+
+
 def test_the_temperature_reaches_the_sampler_and_the_scores(tmp_path: Path):
     config = make_config(updates=2)
     config = config.model_copy(update={"rollout": config.rollout.model_copy(update={"temperature": 0.7})})

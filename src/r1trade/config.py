@@ -585,6 +585,10 @@ class TrainConfig(Section):
     echo_min_reward_std: float = Field(1e-4, ge=0, description="warn when reward std falls below this")
     echo_min_entropy: float = Field(0.05, ge=0, description="warn when mean entropy falls below this")
     echo_grad_spike: float = Field(10.0, gt=1, description="warn when grad norm exceeds this × its running mean")
+    echo_max_action_share: float = Field(
+        0.95, gt=0, le=1, description="warn when one trade action (long, short, hold, close, a forced hold) takes at "
+        "least this share of an update's decisions: a policy collapsing to one action learns nothing from the others"
+    )
 
     @field_validator("trl_args")
     @classmethod

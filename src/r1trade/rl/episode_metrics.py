@@ -13,7 +13,7 @@ from r1trade.env.information import accuracy_by_decision, information_use
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict:
     """Per-update means over episodes: return, each reward component, PnL, valid-call rate, direction accuracy,
-    turn counts."""
+    the trade actions' shares, turn counts."""
     returns = torch.tensor([t.total_reward for t in trajectories])
     metrics: dict = {
         "episode_return": float(returns.mean()),
@@ -35,6 +35,7 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
     directions = [info["direction_right"] for info in turns if info.get("direction_right") is not None]
     if directions:  # the backtest's Direction Accuracy over this update's (sampled) decisions
         metrics["direction_accuracy"] = sum(directions) / len(directions)
+    metrics.update({f"action_rate/{name}": share for name, share in action_shares(trajectories).items()})
     by_index = accuracy_by_decision(turns)
     if len(by_index) > 1:
         metrics.update({f"direction_accuracy/decision_{k + 1}": share for k, share in by_index.items()})
@@ -51,3 +52,13 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
         metrics["buy_and_hold_pct"] = sum(e["buy_and_hold_pct"] for e in episodes) / len(episodes)
         metrics["fees"] = sum(e["fees"] for e in episodes) / len(episodes)
     return metrics
+
+
+def action_shares(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Each trade action's share of the decisions (a forced hold counts as `forced_hold`), sorted by name; empty
+    when no turn placed an order."""
+    actions = [
+        "forced_hold" if turn.info.get("forced_hold") else turn.info["order"]["action"]
+        for t in trajectories for turn in t.turns if turn.info.get("order") is not None
+    ]
+    return {name: actions.count(name) / len(actions) for name in sorted(set(actions))}

@@ -358,13 +358,18 @@ class Trainer:
         return t if t > 0 else 1.0
 
     def echo_trap_warnings(self, metrics: dict) -> list[str]:
-        """RAGEN's echo trap: collapsing reward variance or entropy, or a spiking gradient norm."""
+        """RAGEN's echo trap: collapsing reward variance or entropy, or a spiking gradient norm; and a policy
+        collapsed to one trade action."""
         cfg = self.config.train
         warnings = []
         if metrics.get("reward_std", 1.0) < cfg.echo_min_reward_std:
             warnings.append(f"reward std collapsed to {metrics['reward_std']:.2g}")
         if metrics.get("entropy", 1.0) < cfg.echo_min_entropy:
             warnings.append(f"entropy collapsed to {metrics['entropy']:.3g}")
+        shares = {key.removeprefix("action_rate/"): v for key, v in metrics.items() if key.startswith("action_rate/")}
+        if shares and max(shares.values()) >= cfg.echo_max_action_share:
+            name = max(shares, key=shares.__getitem__)
+            warnings.append(f"one action took {shares[name]:.0%} of the decisions ({name})")
         grad_norm = metrics.get("grad_norm")
         if grad_norm is not None and math.isfinite(grad_norm):
             if self.grad_norm_mean is not None and grad_norm > cfg.echo_grad_spike * self.grad_norm_mean:
