@@ -275,20 +275,22 @@ def test_the_trade_actions_shares_and_a_collapse_to_one_action_is_warned(tmp_pat
     from r1trade.rollout.loop import Trajectory, Turn
     from r1trade.rl.episode_metrics import episode_metrics
 
-    def turn(action, forced=False):
-        order = None if action is None else {"action": action}
-        return Turn(0, 0, 1, "x", 0.0, False, {"parse_error": None, "order": order, "forced_hold": forced})
+    def turn(action=None, target=0.0, forced=False):
+        order = None if action is None else {"action": action, "target": target}
+        return Turn(0, 0, 1, "x", 0.0, False,
+                    {"parse_error": None, "order": order, "forced_hold": forced, "decision_done": order is not None})
 
-    looks_then_longs = Trajectory(seed=0, group=0, turns=[turn(None), turn("long"), turn("long")])
-    others = Trajectory(seed=1, group=0, turns=[turn("short"), turn("hold", forced=True)])
+    looks_then_longs = Trajectory(seed=0, group=0, turns=[turn(), turn("place_order", 1.0), turn("place_order", 0.5)])
+    others = Trajectory(seed=1, group=0, turns=[turn("place_order", -1.0), turn("hold", forced=True)])
     metrics = episode_metrics([looks_then_longs, others])  # 4 decisions: long 2, short 1, a forced hold 1
     assert {k: v for k, v in metrics.items() if k.startswith("action_rate/")} == {
-        "action_rate/forced_hold": 0.25, "action_rate/long": 0.5, "action_rate/short": 0.25}
+        "action_rate/long": 0.5, "action_rate/short": 0.25, "action_rate/close": 0.0, "action_rate/hold": 0.0,
+        "action_rate/forced_hold": 0.25}
     trainer = make_trainer(make_config(updates=1), tmp_path)
     healthy = {"reward_std": 1.0, "entropy": 1.0}  # only the action shares may warn here
     assert trainer.echo_trap_warnings({**metrics, **healthy}) == []
-    collapsed = episode_metrics([Trajectory(seed=s, group=0, turns=[turn("long")]) for s in range(19)]
-                                + [Trajectory(seed=19, group=0, turns=[turn("short")])])  # long at 19 of 20
+    collapsed = episode_metrics([Trajectory(seed=s, group=0, turns=[turn("place_order", 1.0)]) for s in range(19)]
+                                + [Trajectory(seed=19, group=0, turns=[turn("place_order", -1.0)])])  # long: 19 of 20
     assert collapsed["action_rate/long"] == 0.95
     assert trainer.echo_trap_warnings({**collapsed, **healthy}) == ["one action took 95% of the decisions (long)"]
 

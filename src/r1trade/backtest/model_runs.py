@@ -24,7 +24,6 @@ An LM decides slowly on a CPU, so a long split is cut into windows that are deco
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
@@ -39,15 +38,18 @@ from r1trade.backtest.report import ReportContext, StrategyRun
 from r1trade.config import Config
 from r1trade.data.splits import train_then_test
 from r1trade.data.synthetic import DecisionGrid, decision_grid
-from r1trade.env.information import SIGNAL_TOOL, accuracy_by_decision, information_use
+from r1trade.env.information import (
+    SIGNAL_TOOL,
+    accuracy_by_decision,
+    action_mix,
+    decision_kind,
+    information_use,
+)
 from r1trade.errors import DataError
 
 if TYPE_CHECKING:
     from r1trade.rollout.loop import TextEnv, Trajectory
     from r1trade.models.agent_models import AgentModels
-
-ACTION_KINDS = ("Long", "Short", "Close", "Hold", "Forced Hold")
-"""How a decision ended: a long or short order, close_position, hold, or the env's forced hold."""
 
 TRADE_ACTION = {"Long": "long", "Short": "short", "Close": "close", "Hold": "hold", "Forced Hold": "hold"}
 """Each kind's trade action, for `Action Entropy [nats]` (a forced hold leaves the position as a hold)."""
@@ -170,7 +172,7 @@ def turn_stats(infos: Sequence[dict[str, Any]]) -> dict[str, float]:
     and without it; with windows of several decisions, direction accuracy at each decision index.
     """
     decisions = [info for info in infos if info["decision_done"]]
-    mix = Counter(_action_kind(info) for info in decisions)
+    mix = action_mix(decisions)
     valid = sum(info["parse_error"] is None and info["tool_error"] is None for info in infos)
     malformed = sum(info["parse_error"] is not None for info in infos)
     use = information_use(decisions)
@@ -184,21 +186,12 @@ def turn_stats(infos: Sequence[dict[str, Any]]) -> dict[str, float]:
         "# Decisions": float(len(decisions)),
         "Valid Tool Calls [%]": 100.0 * valid / len(infos),
         "Malformed Turns [%]": 100.0 * malformed / len(infos),
-        **{f"Action Mix: {kind} [%]": 100.0 * mix[kind] / len(decisions) for kind in ACTION_KINDS},
+        **{f"Action Mix: {kind} [%]": 100.0 * share for kind, share in mix.items()},
         "Info Calls [%]": 100.0 * use["info_call_rate"],
         **{f"Tool Calls: {name} [%]": 100.0 * rate for name, rate in use["tool_rates"].items()},
         **(split if SIGNAL_TOOL in use["tool_rates"] else {}),
         **(by_index if len(by_index) > 1 else {}),
     }
-
-
-def _action_kind(info: dict[str, Any]) -> str:
-    if info["forced_hold"]:
-        return "Forced Hold"
-    order = info["order"]
-    if order["action"] == "place_order":
-        return "Long" if order["target"] > 0 else "Short"
-    return "Close" if order["action"] == "close_position" else "Hold"
 
 
 # --------------------------------------------------------------------------- playing
@@ -332,7 +325,7 @@ def _decisions(play: WindowPlay, context: ReportContext) -> _Decisions:
         if info["decision_done"]:
             bars.append(play.start + info["decision_index"] * every - context.first_bar)
             positions.append(units)
-            actions.append(TRADE_ACTION[_action_kind(info)])
+            actions.append(TRADE_ACTION[decision_kind(info)])
             size = size if info["order"]["target"] is None else info["order"]["target"]  # a hold keeps it
             sizes.append(size)
         units += sum(fill["units"] for fill in info["fills"] if fill["reason"] != "order")

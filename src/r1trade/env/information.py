@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 SIGNAL_TOOL = "get_changes"
+ACTION_KINDS = ("Long", "Short", "Close", "Hold", "Forced Hold")
+"""How a decision ended: a long or short order, close_position, hold, or the env's forced hold."""
 
 
 def information_use(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -67,3 +69,21 @@ def accuracy_by_decision(infos: Sequence[Mapping[str, Any]]) -> dict[int, float]
         if info.get("direction_right") is not None:
             hits.setdefault(int(info.get("decision_index", 0)), []).append(bool(info["direction_right"]))
     return {index: sum(right) / len(right) for index, right in sorted(hits.items())}
+
+
+def decision_kind(info: Mapping[str, Any]) -> str:
+    """Which of `ACTION_KINDS` ended the decision whose step info this is."""
+    if info["forced_hold"]:
+        return "Forced Hold"
+    order = info["order"]
+    if order["action"] == "place_order":
+        return "Long" if order["target"] > 0 else "Short"
+    return "Close" if order["action"] == "close_position" else "Hold"
+
+
+def action_mix(decisions: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each of `ACTION_KINDS`' share of `decisions` (0 included); empty without decisions."""
+    if not decisions:
+        return {}
+    kinds = Counter(decision_kind(info) for info in decisions)
+    return {kind: kinds[kind] / len(decisions) for kind in ACTION_KINDS}

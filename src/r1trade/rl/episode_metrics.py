@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from r1trade.rollout.loop import Trajectory
-from r1trade.env.information import accuracy_by_decision, information_use
+from r1trade.env.information import accuracy_by_decision, action_mix, information_use
 
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict:
@@ -35,7 +35,8 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
     directions = [info["direction_right"] for info in turns if info.get("direction_right") is not None]
     if directions:  # the backtest's Direction Accuracy over this update's (sampled) decisions
         metrics["direction_accuracy"] = sum(directions) / len(directions)
-    metrics.update({f"action_rate/{name}": share for name, share in action_shares(trajectories).items()})
+    decisions = [turn.info for t in trajectories for turn in t.turns if turn.info.get("decision_done")]
+    metrics.update({f"action_rate/{_key(kind)}": share for kind, share in action_mix(decisions).items()})
     by_index = accuracy_by_decision(turns)
     if len(by_index) > 1:
         metrics.update({f"direction_accuracy/decision_{k + 1}": share for k, share in by_index.items()})
@@ -54,11 +55,6 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict:
     return metrics
 
 
-def action_shares(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Each trade action's share of the decisions (a forced hold counts as `forced_hold`), sorted by name; empty
-    when no turn placed an order."""
-    actions = [
-        "forced_hold" if turn.info.get("forced_hold") else turn.info["order"]["action"]
-        for t in trajectories for turn in t.turns if turn.info.get("order") is not None
-    ]
-    return {name: actions.count(name) / len(actions) for name in sorted(set(actions))}
+def _key(kind: str) -> str:
+    """`Forced Hold` -> `forced_hold`: a metrics key."""
+    return kind.lower().replace(" ", "_")
