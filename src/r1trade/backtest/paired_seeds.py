@@ -22,6 +22,7 @@ from r1trade.backtest.bootstrap import percentile_interval, stationary_indices
 from r1trade.backtest.report import HITS_FILE
 from r1trade.errors import UsageError
 from r1trade.eval.ladder import AGENT_PREFIX
+from r1trade.safe_load import first_line
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class PairedDifference:
 
     @property
     def per_seed(self) -> dict[int, float]:
+        """Each seed's difference, variant minus reference, in points."""
         return {seed: self.variant[seed] - self.reference[seed] for seed in self.seeds}
 
 
@@ -81,7 +83,7 @@ def agent_hits(report: Path) -> pd.Series:
     try:
         frame = pd.read_csv(path, index_col=0)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable CSV ({str(exc).splitlines()[0] if str(exc) else exc})") from None
+        raise UsageError(f"{path}: not a readable CSV ({first_line(exc)})") from None
     agents = [name for name in frame.columns if str(name).startswith(AGENT_PREFIX)]
     if len(agents) != 1 or not frame[agents[0]].isin([0.0, 1.0]).all():
         raise UsageError(f"{path}: expected one agent column of 0s and 1s")
