@@ -95,3 +95,17 @@ def test_compare_seeds_refuses_folders_it_cannot_pair_in_one_line(tmp_path: Path
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_a_damaged_or_hostile_hits_file_is_one_line(tmp_path: Path) -> None:
+    from r1trade.backtest.paired_seeds import agent_hits
+
+    report = tmp_path / "report"
+    report.mkdir()
+    for text, message in (("\x00\x01 not a csv\n\"unclosed", "hits.csv"),
+                          ("timestamp,agent (step-1)\n2024-01-01,2.0\n", "one agent column of 0s and 1s"),
+                          ("timestamp,buy_and_hold\n2024-01-01,1.0\n", "one agent column of 0s and 1s")):
+        (report / "hits.csv").write_text(text)
+        with pytest.raises(UsageError, match=message) as refused:
+            agent_hits(report)
+        assert "\n" not in str(refused.value)

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from r1trade import __version__
-from r1trade.config import Config, load_config
+from r1trade.config import MAX_BOOTSTRAP_RESAMPLES, Config, load_config
 from r1trade.errors import DataError, R1TradeError, TrainingInterrupted, UsageError
 from r1trade.outputs import resolve_output, write_file
 
@@ -957,7 +957,7 @@ def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
 def compare_seeds_command(
     reference: Annotated[Path, typer.Argument(help="the recipe's seeds folder (`r1trade seeds --out`)")],
     variants: Annotated[list[Path], typer.Argument(help="seeds folders of its variants, run on the same seeds")],
-    resamples: Annotated[int, typer.Option(min=100, max=20_000, help="bootstrap resamples")] = 2000,
+    resamples: Annotated[int, typer.Option(min=100, max=MAX_BOOTSTRAP_RESAMPLES, help="bootstrap resamples")] = 2000,
     block: Annotated[float, typer.Option(min=1.0, help="mean block length of the decisions' bootstrap")] = 10.0,
 ) -> None:
     """Each variant's held-out Direction Accuracy [%] minus the recipe's, paired by seed and by test decision,

@@ -62,7 +62,8 @@ def paired_difference(
     differences = 100.0 * (hits["variant"] - hits["reference"])  # (seeds, decisions), in points
     rng = np.random.default_rng(seed)
     decisions = stationary_indices(differences.shape[1], resamples=resamples, mean_block=mean_block, rng=rng)
-    per_seed = differences[:, decisions].mean(axis=2).T  # (resamples, seeds): each seed on the same resample
+    # (resamples, seeds): each seed on the same resampled decisions, one seed at a time to bound the memory
+    per_seed = np.stack([row[decisions].mean(axis=1) for row in differences], axis=1)
     drawn = rng.integers(0, len(seeds), size=(resamples, len(seeds)))
     resampled = np.take_along_axis(per_seed, drawn, axis=1).mean(axis=1)
     accuracy = {arm: dict(zip(seeds, 100.0 * found.mean(axis=1), strict=True)) for arm, found in hits.items()}
