@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,17 @@ def test_a_finished_seed_is_skipped_and_a_stopped_one_resumed(capsys, tmp_path: 
     assert records[0]["direction_accuracy"] == pytest.approx(a / 100)
     assert [r["updates"] for r in records] == [row["step"] for row in summary["seeds"]]  # the chosen steps
 
+    # A later call for seed 1 alone keeps seed 0 in the summary; a seed folder of another config (seed 0's work
+    # copied as seed 7) is named and left out.
+    shutil.copytree(seed_0, out / "seed-7")
+    capsys.readouterr()
+    assert main([*command, "--seeds", "1"]) == 0
+    shown = capsys.readouterr().out
+    assert "seed 7: left out of seeds.json: it ran another config" in shown
+    later = json.loads((out / "seeds.json").read_text())
+    assert later["seeds"] == summary["seeds"] and later["summary"] == summary["summary"]
+    shutil.rmtree(out / "seed-7")
+
     # another config in the same folder is refused before anything runs
     capsys.readouterr()
     assert main([*command, "--seeds", "0", "--set", "train.learning_rate=0.01"]) == 2
@@ -252,7 +264,7 @@ def test_a_warm_started_seed(capsys, tmp_path: Path) -> None:
     borrowed = load_config(variant / "seed-3" / "run" / "config.yaml")
     assert (borrowed.model.name_or_path, borrowed.train.learning_rate) == (str(model), 2e-4)
     assert not (variant / "seed-3" / "warmstart").exists()
-    assert json.loads((variant / "seeds.json").read_text())["warmstart_from"] == str(out)
+    assert [entry["seed"] for entry in json.loads((variant / "seeds.json").read_text())["seeds"]] == [3]
     assert mtimes(out / "seed-3") == finished
 
     # One that changes what the warm start read (the env) is refused before anything runs.

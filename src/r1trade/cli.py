@@ -898,7 +898,8 @@ def seeds_command(
     out = out or default_out_dir(resolved)
     outcome = run_seeds(config, set_ or [], chosen, warm=warm, out_dir=out, metric=metric, every=every,
                         warm_from=warm_from, console=console)
-    title = f"{config} · seeds {seeds} · step chosen on validation by {metric} · held out: test split"
+    held = ",".join(str(result.seed) for result in outcome.summarised)
+    title = f"{config} · seeds {held} · step chosen on validation by {metric} · held out: test split"
     console.print(_seeds_table(outcome, title=escape(title)))
     _wrote(str(outcome.file))
     if ladder is not None:
@@ -926,7 +927,7 @@ def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
     headers = {ACCURACY: "accuracy [%]", GAIN: "gain [pp]", RETURN: "return [%]",
                INFO_CALLS: "info calls [%]", SIGNAL_ROW: "get_changes [%]", MANDATE_PENALTY: "penalty",
                REALISED_VOLATILITY: "volatility [%]"}
-    shown = [f for f in FIGURES if any(result.figures.get(f) is not None for result in outcome.results)]
+    shown = [f for f in FIGURES if any(result.figures.get(f) is not None for result in outcome.summarised)]
 
     def cell(value: float | None, figure: str) -> str:
         if value is None:
@@ -942,7 +943,7 @@ def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
     table.add_column("step", justify="right")
     for figure in shown:
         table.add_column(escape(headers[figure]), justify="right")
-    for result in outcome.results:
+    for result in outcome.summarised:
         table.add_row(str(result.seed), str(result.step), *(cell(result.figures[f], f) for f in shown))
     spreads = [outcome.spreads[figure] for figure in shown]
     table.add_section()

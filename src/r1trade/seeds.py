@@ -17,7 +17,8 @@ of the config and its `--set` overrides:
 Each of those files is the last its stage writes, and is renamed into place whole (a checkpoint and a report
 are whole folders), so a command stopped at any point and run again skips what had finished and does the rest.
 A stage runs again when a stage before it ran. A stage folder that holds another config's work is refused
-rather than mixed with it. The per-seed figures and their spread go to `OUT/seeds.json`.
+rather than mixed with it. The per-seed figures and their spread go to `OUT/seeds.json`: those of every finished
+seed in `OUT` that ran this recipe, so seeds added by later calls join the ones before (`recipe_seeds_elsewhere`).
 """
 
 from __future__ import annotations
@@ -91,10 +92,12 @@ class SeedResult:
 
 @dataclass(frozen=True)
 class SeedsOutcome:
-    """Every seed's result, each figure's spread over the seeds, and where they were written."""
+    """The results of this call's seeds and of every seed the summary holds (this call's and the recipe's earlier
+    seeds in the folder, by seed), each figure's spread over the summary's seeds, and where they were written."""
 
     out_dir: Path
     results: list[SeedResult]
+    summarised: list[SeedResult]
     spreads: dict[str, SeedSpread | None]
     file: Path
 
@@ -159,15 +162,60 @@ def run_seeds(
             folder = out_dir / f"seed-{seed}"
             results.append(_run_seed(config, overrides, seed, folder, warm=warm, metric=metric, every=every,
                                      warm_from=warm_from, console=console))
-        spreads = spread_by_figure({r.seed: r.figures for r in results}, FIGURES, lower_is_better=LOWER_IS_BETTER)
+        earlier = recipe_seeds_elsewhere(config, overrides, out_dir, skip=set(seeds), warm=warm, metric=metric,
+                                         every=every, console=console)
+        summarised = sorted(results + earlier, key=lambda result: result.seed)
+        spreads = spread_by_figure({r.seed: r.figures for r in summarised}, FIGURES, lower_is_better=LOWER_IS_BETTER)
         summary = {
-            "config": config, "overrides": list(overrides), "warmstart": warm,
-            **({"warmstart_from": str(warm_from)} if warm_from is not None else {}), "chosen_on": "validation",
-            "metric": metric, "tested_on": "test", "seeds": [r.to_dict() for r in results],
+            "config": config, "overrides": list(overrides), "warmstart": warm, "chosen_on": "validation",
+            "metric": metric, "tested_on": "test", "seeds": [r.to_dict() for r in summarised],
             "summary": {name: spread and spread.to_dict() for name, spread in spreads.items()},
         }
         file = write_file(out_dir / SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
-    return SeedsOutcome(out_dir, results, spreads, file)
+    return SeedsOutcome(out_dir, results, summarised, spreads, file)
+
+
+def recipe_seeds_elsewhere(
+    config: str, overrides: Sequence[str], out_dir: Path, *, skip: set[int], warm: bool, metric: str, every: int,
+    console: Console,
+) -> list[SeedResult]:
+    """The finished seeds in `out_dir` outside `skip` that ran this recipe: their run's config is the one this
+    command gives that seed (with a warm start, from whichever warm start it started), their step was chosen as
+    this command chooses, and their test report is in place. Each other seed folder is named and left out."""
+    found = []
+    folders = (path for path in out_dir.glob("seed-*") if re.fullmatch(r"seed-\d{1,10}", path.name))
+    for folder in sorted(folders, key=lambda path: int(path.name.removeprefix("seed-"))):
+        seed = int(folder.name.removeprefix("seed-"))
+        if seed in skip:
+            continue
+        result = _finished_recipe_seed(config, overrides, seed, folder, warm=warm, metric=metric, every=every)
+        if isinstance(result, str):
+            _say(console, seed, f"left out of {SUMMARY_FILE}: {result}")
+        else:
+            found.append(result)
+    return found
+
+
+def _finished_recipe_seed(
+    config: str, overrides: Sequence[str], seed: int, folder: Path, *, warm: bool, metric: str, every: int
+) -> SeedResult | str:
+    """Seed `seed`'s result in `folder` when it ran this recipe and finished every stage; otherwise why not."""
+    run_dir, report = folder / RUN_DIR, folder / TEST_DIR
+    if not (run_dir / "config.yaml").is_file():
+        return "no run"
+    try:
+        saved = load_config(run_dir / "config.yaml", [])
+        started = [f"model.name_or_path={json.dumps(saved.model.name_or_path)}"] if warm else []
+        if saved.model_dump() != seed_config(config, overrides, seed, *started).model_dump():
+            return "it ran another config"
+        selection = read_selection(run_dir)
+        if selection is None or not _still_chosen(selection, run_dir, metric=metric, every=every) \
+                or not (report / "metrics.json").is_file():
+            return "not finished (run this seed to finish it)"
+        figures = seed_figures(read_json_object(report / "metrics.json"))
+    except UsageError as error:
+        return str(error)
+    return SeedResult(seed, selection.step, selection.checkpoint, report, figures)
 
 
 def seed_config(config: str, overrides: Sequence[str], seed: int, *more: str) -> Config:
@@ -329,7 +377,7 @@ def _still_chosen(selection: StepSelection | None, run_dir: Path, *, metric: str
     asked = ("validation", metric, every)
     if selection is None or (selection.split, selection.metric, selection.every) != asked:
         return False
-    return max(selection.figures) == max(step for step, _ in list_checkpoints(run_dir))
+    return max(selection.figures) == max((step for step, _ in list_checkpoints(run_dir)), default=None)
 
 
 def _warm_start(config: Config, warm_dir: Path, console: Console) -> None:
