@@ -4,7 +4,8 @@
 `trades.csv` (all round trips, a `strategy` column first), `equity.csv` (one column per strategy),
 `hits.csv` (per scored decision, whether each strategy's direction was right: what paired comparisons of runs
 on the same decisions resample, `r1trade compare-seeds`), `equity.png` (equity curves and a drawdown panel),
-`report.html` (self-contained: inline CSS, the PNG embedded as base64, no scripts), `metrics.md` (the metrics as a Markdown table) and the resolved `config.yaml`. `comparison_tables` is the same metrics as Rich tables.
+`report.html` (self-contained: inline CSS, the PNG embedded as base64, no scripts), `metrics.md` (the metrics
+as a Markdown table) and the resolved `config.yaml`. `comparison_tables` is the same metrics as Rich tables.
 
 JSON has no NaN or infinity, so metrics.json writes NaN as null and ±infinity as the strings "inf" / "-inf"
 (a profit factor without a losing trade is infinite).
