@@ -2,8 +2,8 @@
 
 The model is asked for a word (once, or once per decision); its *action* is the first character it writes, and the
 reward depends on that action alone: `reward` if it is an ASCII letter, 0 otherwise. Everything it writes after
-the first character is noise the reward ignores, so a turn of `max_new_tokens` tokens buries one deciding token among many others, as a
-trade call's side hides among its reasoning. Because the action is the first sampled token's first character,
+the first character is noise the reward ignores, so a turn of `max_new_tokens` tokens buries one deciding token
+among many others, as a trade call's side hides among its reasoning. Because the action is the first sampled token's first character,
 the probability of the rewarded action is known exactly from the policy's next-token distribution at the prompt
 (`rewarded_probability`), without sampling.
 """
