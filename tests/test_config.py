@@ -58,9 +58,12 @@ def test_a_run_saved_before_a_key_was_retired_still_loads(tmp_path: Path):
         ("warmstart", "changes_in_view: 0.0", "changes_in_view: 0.5"),
         ("rollout", "temperature_from: {}", "temperature_from: {34: 0.5}"),
         ("train", "look_kl_updates: null", "look_kl_updates: 47"),
+        ("train", "entropy_control: none", "entropy_control: kl_cov"),
+        ("train", "kl_cov_coef: 1.0", "kl_cov_coef: 2.0"),
+        ("train", "clip_cov_bounds:\n  - 1.0\n  - 5.0", "clip_cov_bounds:\n  - 0.5\n  - 5.0"),
     ],
 )
-def test_runs_saved_with_the_retired_schedules_load_where_they_did_not_use_them(
+def test_runs_saved_with_retired_keys_load_where_they_did_not_use_them(
     tmp_path: Path, section: str, line: str, used: str
 ):
     saved = tmp_path / "config.yaml"

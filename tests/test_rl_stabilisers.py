@@ -1,5 +1,5 @@
 """The optional stabilisers against hand-worked numbers: GiGPO's step-level groups, DAPO's dynamic sampling and
-sequence- against token-level loss averaging, Clip-Cov and KL-Cov; each off by default."""
+sequence- against token-level loss averaging; each off by default."""
 
 from __future__ import annotations
 
@@ -13,14 +13,7 @@ from r1trade.errors import ConfigError
 from r1trade.rl.advantages import compute_advantages, shared_step_group_rate
 from r1trade.rl.batch import anchor_states, collate, trajectory_scores
 from r1trade.rl.group_filters import drop_uniform_groups
-from r1trade.rl.losses import (
-    CovControl,
-    clip_cov_tokens,
-    policy_loss,
-    sequence_weights,
-    token_covariance,
-    token_mean,
-)
+from r1trade.rl.losses import policy_loss, sequence_weights, token_mean
 from r1trade.rollout.loop import Segment, Trajectory, Turn
 
 CHANGES, CANDLES = (50, 51), (60, 61)  # the token ids of two tools' answers
@@ -133,11 +126,10 @@ def test_step_groups_need_a_group_algorithm_and_allow_turn_gamma() -> None:
 
 def test_every_stabiliser_is_off_by_default() -> None:
     train = load_config(None).train
-    assert (train.step_groups, train.dynamic_sampling, train.loss_aggregation, train.entropy_control) == (
-        False, False, "token", "none")
+    assert (train.step_groups, train.dynamic_sampling, train.loss_aggregation) == (False, False, "token")
     for name in ("demo_tools", "tool_gated_tiny", "tool_gated"):
         shipped = load_config(name).train
-        assert not shipped.step_groups and not shipped.dynamic_sampling and shipped.entropy_control == "none", name
+        assert not shipped.step_groups and not shipped.dynamic_sampling, name
 
 
 def scored(group: int, reward: float) -> Trajectory:
@@ -183,79 +175,3 @@ def test_sequence_and_token_level_loss_averaging_by_hand() -> None:
     assert token_mean(torch.tensor([[4.0, 2.0]]), torch.tensor([[1, 1]]), torch.tensor([[1.0, 3.0]])).item() == 2.5
     with pytest.raises(ConfigError):
         load_config(None, ["train.loss_aggregation=episode"])
-
-
-# Six mask-1 tokens (positions 0, 1, 3, 4, 5, 7) and two mask-0 ones (2, 6) holding values that would win if read.
-MASK = torch.tensor([[1, 1, 0, 1, 1, 1, 0, 1]])
-LOGPROBS = torch.tensor([[-1.0, -2.0, 10.0, -1.0, -3.0, -2.0, 10.0, -3.0]])
-ADVANTAGES = torch.tensor([[2.0, 1.0, 100.0, -1.0, -4.0, 3.0, 100.0, -1.0]])
-# mean logp over the six = -12 / 6 = -2, so logp - mean = (1, 0, 1, -1, 0, -1); mean A = (2 + 1 - 1 - 4 + 3 - 1) / 6
-# = 0. cov = (logp - mean) (A - mean) = 2, 0, -1, 4, 0, 1 at positions 0, 1, 3, 4, 5, 7.
-COVARIANCE = torch.tensor([[2.0, 0.0, 0.0, -1.0, 4.0, 0.0, 0.0, 1.0]])
-
-
-def plain_terms(log_ratio: list[float]) -> list[float]:
-    """max(-A r, -A clip(r, 0.8, 1.28)) for each of the six mask-1 tokens."""
-    advantages = [2.0, 1.0, -1.0, -4.0, 3.0, -1.0]
-    return [max(-a * math.exp(d), -a * min(max(math.exp(d), 0.8), 1.28)) for a, d in zip(advantages, log_ratio)]
-
-
-def cov_case(log_ratio: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logprobs with gradient, old log-probs) for the six tokens' log-ratios (mask-0 tokens at log-ratio 5)."""
-    full = torch.tensor([[log_ratio[0], log_ratio[1], 5.0, *log_ratio[2:5], 5.0, log_ratio[5]]])
-    return LOGPROBS.clone().requires_grad_(True), LOGPROBS - full
-
-
-def test_token_covariance_reads_the_mask_one_tokens_only() -> None:
-    torch.testing.assert_close(token_covariance(LOGPROBS, ADVANTAGES, MASK), COVARIANCE)
-
-
-def test_kl_cov_penalises_the_top_covariance_tokens_by_hand() -> None:
-    # log r = 0.1, 0, 0, -0.2, 0, 0.3 at the six tokens. Plain clipped surrogate, clip (0.2, 0.28):
-    #   pos 0: -2 e^0.1 = -2.210342; pos 1: -1; pos 3: +1; pos 4: 4 e^-0.2 = 3.274923 (r 0.819 inside the clip);
-    #   pos 5: -3; pos 7: max(e^0.3, 1.28) = 1.349859; mean over six = -0.585560 / 6 = -0.097593.
-    # KL-Cov, frac 1/3: the top floor(6 / 3) = 2 by cov are positions 4 (cov 4) and 0 (cov 2), never the mask-0
-    # ones; they add 1.0 * (|0.1| + |-0.2|) / 6 = 0.05 -> -0.047593, and a gradient of +-1/6 (the sign of log r).
-    log_ratio = [0.1, 0.0, 0.0, -0.2, 0.0, 0.3]
-    plain_mean = sum(plain_terms(log_ratio)) / 6
-    logprobs, old = cov_case(log_ratio)
-    plain, _ = policy_loss(logprobs, old, ADVANTAGES, MASK, clip_low=0.2, clip_high=0.28)
-    plain.backward()
-    plain_grad, logprobs.grad = logprobs.grad.clone(), None
-    loss, stats = policy_loss(logprobs, old, ADVANTAGES, MASK, clip_low=0.2, clip_high=0.28,
-                              cov=CovControl("kl_cov", frac=1 / 3, coef=1.0))
-    loss.backward()
-    assert plain.item() == pytest.approx(plain_mean, abs=1e-6) == pytest.approx(-0.097593, abs=1e-6)
-    assert loss.item() == pytest.approx(plain_mean + 0.05, abs=1e-6)
-    assert stats["kl_cov_tokens"] == 2
-    torch.testing.assert_close(logprobs.grad - plain_grad, torch.tensor([[1 / 6, 0, 0, 0, -1 / 6, 0, 0, 0]]))
-    # frac 0.1: floor(0.6) = 0, at least one token: position 4 alone, + 0.2 / 6.
-    one, stats = policy_loss(logprobs, old, ADVANTAGES, MASK, clip_low=0.2, clip_high=0.28,
-                             cov=CovControl("kl_cov", frac=0.1, coef=1.0))
-    assert one.item() == pytest.approx(plain_mean + 0.2 / 6, abs=1e-6) and stats["kl_cov_tokens"] == 1
-
-
-def test_clip_cov_stops_the_gradient_of_band_tokens_the_clip_left_alone_by_hand() -> None:
-    # log r = 0.1, 0, 0, -0.2, 0, -0.3. The band (0.5, 3.5) holds positions 0 (cov 2) and 7 (cov 1), not 4 (cov 4).
-    # Position 7 (A = -1, r = e^-0.3 = 0.741 < 0.8) is already clipped (its term 0.8, no gradient), so only position
-    # 0 can be drawn: with frac 1/2 (floor(3) = 3 tokens) it alone loses its term -2 e^0.1 and its gradient.
-    # Plain: (-2.210342 - 1 + 1 + 3.274923 - 3 + 0.8) / 6 = -0.189236; Clip-Cov: (-1.135419 + 2.210342) / 6 = 0.179154.
-    log_ratio = [0.1, 0.0, 0.0, -0.2, 0.0, -0.3]
-    terms = plain_terms(log_ratio)
-    logprobs, old = cov_case(log_ratio)
-    plain, _ = policy_loss(logprobs, old, ADVANTAGES, MASK, clip_low=0.2, clip_high=0.28)
-    plain.backward()
-    plain_grad, logprobs.grad = logprobs.grad.clone(), None
-    loss, stats = policy_loss(logprobs, old, ADVANTAGES, MASK, clip_low=0.2, clip_high=0.28,
-                              cov=CovControl("clip_cov", frac=0.5, bounds=(0.5, 3.5)))
-    loss.backward()
-    assert plain.item() == pytest.approx(sum(terms) / 6, abs=1e-6) == pytest.approx(-0.189236, abs=1e-6)
-    assert loss.item() == pytest.approx((sum(terms) - terms[0]) / 6, abs=1e-6) == pytest.approx(0.179154, abs=1e-6)
-    assert stats["clip_cov_tokens"] == 1
-    assert logprobs.grad[0, 0] == 0 and plain_grad[0, 0] != 0
-    torch.testing.assert_close(logprobs.grad[0, 1:], plain_grad[0, 1:])
-    # Unclipped, both band tokens can be drawn; frac 1/6 draws one, the same one for the same generator seed.
-    draws = [clip_cov_tokens(COVARIANCE, MASK, 1 / 6, (0.5, 3.5), torch.Generator().manual_seed(s)) for s in (3, 3)]
-    assert torch.equal(draws[0], draws[1]) and int(draws[0].sum()) == 1 and bool(draws[0][0, [0, 7]].any())
-    with pytest.raises(ConfigError, match="clip_cov_bounds"):
-        load_config(None, ["train.entropy_control=clip_cov", "train.clip_cov_bounds=[5, 1]"])

@@ -538,19 +538,6 @@ class TrainConfig(Section):
         "token", description="token: the policy terms are a mean over every loss token of the minibatch (DAPO); "
         "sequence: each episode's tokens averaged first, every episode weighing the same (GRPO's 1/|o|)"
     )
-    entropy_control: Literal["none", "clip_cov", "kl_cov"] = Field(
-        "none", description="arXiv 2505.22617, on the loss tokens whose log-prob and advantage covary most, per "
-        "micro-batch: kl_cov adds kl_cov_coef x |logp - logp_old| on the top entropy_control_frac of them; clip_cov "
-        "stops the gradient of entropy_control_frac of them drawn within clip_cov_bounds"
-    )
-    entropy_control_frac: float = Field(
-        0.002, gt=0, le=1, description="share of a micro-batch's loss tokens entropy_control acts on (at least one; "
-        "the paper: 0.002 for kl_cov, 0.0002 for clip_cov)"
-    )
-    kl_cov_coef: float = Field(1.0, ge=0, description="kl_cov: the coefficient of |logp - logp_old|")
-    clip_cov_bounds: tuple[float, float] = Field(
-        (1.0, 5.0), description="clip_cov: the covariance band (low, high) its tokens are drawn from"
-    )
     max_grad_norm: float = Field(1.0, gt=0)
     logprob_chunk: int = Field(
         256, ge=1, le=8_192,
@@ -617,8 +604,6 @@ class TrainConfig(Section):
             raise ValueError(f"step_groups needs a group algorithm {GROUP_ALGORITHMS}")
         if self.dynamic_sampling and self.group_size < 2:
             raise ValueError("dynamic_sampling needs group_size >= 2")
-        if self.clip_cov_bounds[0] >= self.clip_cov_bounds[1]:
-            raise ValueError("clip_cov_bounds must be (low, high) with low < high")
         grouped = self.algorithm in GROUP_ALGORITHMS and not self.step_groups
         if self.turn_gamma is not None and (self.credit != "turn" or grouped):
             raise ValueError("turn_gamma needs credit: turn with algorithm ppo or reinforce_pp, or step_groups")
@@ -953,6 +938,10 @@ RETIRED_KEYS: dict[tuple[str, str], Any] = {
     ("warmstart", "changes_in_view"): 0.0,  # its warm start
     ("rollout", "temperature_from"): {},  # one run's schedules: the recipe samples and anchors the same
     ("train", "look_kl_updates"): None,  # way on every update (section 52)
+    ("train", "entropy_control"): "none",  # Clip-Cov, KL-Cov: over seeds 0-2 no seed read that did not without
+    ("train", "entropy_control_frac"): 0.002,  # them (docs/notebook/results-log.md section 53)
+    ("train", "kl_cov_coef"): 1.0,
+    ("train", "clip_cov_bounds"): [1.0, 5.0],
 }
 """Keys r1trade no longer has, with the value that behaves as r1trade does now. Every saved run's config.yaml
 spells out every key, so a run saved before a key was retired still loads when it holds that value."""

@@ -8,8 +8,6 @@ Inputs outside the mask may hold anything, even NaN or inf: they reach neither t
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -37,63 +35,6 @@ def sequence_weights(mask: torch.Tensor, trajectory: torch.Tensor) -> torch.Tens
     return torch.where(keep, 1.0 / counts[trajectory].clamp(min=1)[:, None], 0.0)
 
 
-@dataclass(frozen=True)
-class CovControl:
-    """Entropy control on the few tokens whose log-prob and advantage covary most (arXiv 2505.22617; they drive
-    the entropy's collapse). `frac` of the mask-1 tokens (at least one) are acted on:
-
-    - `kl_cov`: the top ones by covariance pay `coef` × |logp - logp_old| on top of the clipped surrogate (the
-      reference code drops the ratio clip under KL-Cov; here it stays);
-    - `clip_cov`: ones drawn at random by `generator` among those with `bounds[0] < cov < bounds[1]` that the
-      ratio clip has not already stopped get no gradient.
-    """
-
-    kind: Literal["clip_cov", "kl_cov"]
-    frac: float
-    coef: float = 1.0
-    bounds: tuple[float, float] = (1.0, 5.0)
-    generator: torch.Generator | None = None
-
-
-def token_covariance(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """cov_i = (logp_i - mean logp) × (A_i - mean A), the means over the mask-1 tokens; no gradient. -> (B, T), 0
-    off the mask."""
-    logprobs, advantages = zero_outside(logprobs.detach(), mask), zero_outside(advantages.detach(), mask)
-    cov = (logprobs - masked_mean(logprobs, mask)) * (advantages - masked_mean(advantages, mask))  # (B, T)
-    return zero_outside(cov, mask)
-
-
-def _count(frac: float, mask: torch.Tensor) -> int:
-    """`frac` of the mask-1 tokens, rounded down, at least one (as the reference code)."""
-    return max(1, math.floor(frac * int(mask.bool().sum()) + 1e-9))
-
-
-def kl_cov_tokens(cov: torch.Tensor, mask: torch.Tensor, frac: float) -> torch.Tensor:
-    """KL-Cov's tokens: the `frac` of the mask-1 tokens with the largest covariance (ties to the earlier token).
-    -> bool (B, T)"""
-    keep = mask.bool()  # (B, T)
-    chosen = torch.zeros_like(keep)
-    if keep.any():
-        rows, columns = keep.nonzero(as_tuple=True)  # in the order of cov[keep]
-        ranked = torch.sort(cov[keep], descending=True, stable=True).indices[: _count(frac, keep)]
-        chosen[rows[ranked], columns[ranked]] = True
-    return chosen
-
-
-def clip_cov_tokens(
-    cov: torch.Tensor, mask: torch.Tensor, frac: float, bounds: tuple[float, float],
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Clip-Cov's tokens: `frac` of the mask-1 tokens (at least one) drawn without replacement among those whose
-    covariance lies strictly inside `bounds`. -> bool (B, T)"""
-    band = mask.bool() & (cov > bounds[0]) & (cov < bounds[1])  # (B, T)
-    rows, columns = band.nonzero(as_tuple=True)
-    drawn = torch.randperm(len(rows), generator=generator)[: _count(frac, mask)].to(rows.device)
-    chosen = torch.zeros_like(band)
-    chosen[rows[drawn], columns[drawn]] = True
-    return chosen
-
-
 def policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -103,16 +44,14 @@ def policy_loss(
     clip_high: float = 0.2,
     *,
     weights: torch.Tensor | None = None,
-    cov: CovControl | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate, ratio clipped to [1 - clip_low, 1 + clip_high]. -> (loss, stats).
 
     loss = mean over the mask of max(-A * r, -A * clip(r)), r = exp(logprobs - old_logprobs), weighted by
     `weights` if given (`token_mean`). A larger `clip_high` lets unlikely good tokens grow faster (DAPO's
-    clip-higher: 0.2 / 0.28). `cov` adds Clip-Cov or KL-Cov (`CovControl`). stats: `clipfrac`, the share of tokens
-    where the clipped term wins (they get no gradient); `approx_kl`, KL(old || new) by the k3 estimator, the mean
-    of (r - 1) - log r (unbiased, never negative; as CleanRL); `ratio_mean`; with `cov`, `kl_cov_tokens` or
-    `clip_cov_tokens`, how many tokens it acted on.
+    clip-higher: 0.2 / 0.28). stats: `clipfrac`, the share of tokens where the clipped term wins (they get no
+    gradient); `approx_kl`, KL(old || new) by the k3 estimator, the mean of (r - 1) - log r (unbiased, never
+    negative; as CleanRL); `ratio_mean`.
     """
     log_ratio = zero_outside(logprobs - old_logprobs, mask)  # (B, T)
     advantages = zero_outside(advantages, mask)  # (B, T)
@@ -120,24 +59,12 @@ def policy_loss(
     unclipped = -advantages * ratio  # (B, T)
     clipped = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)  # (B, T)
     per_token = torch.maximum(unclipped, clipped)  # (B, T)
-    stats: dict[str, float] = {}
-    if cov is not None:
-        covariance = token_covariance(logprobs, advantages, mask)  # (B, T)
-        if cov.kind == "kl_cov":
-            acted = kl_cov_tokens(covariance, mask, cov.frac)
-            per_token = per_token + cov.coef * torch.where(acted, log_ratio.abs(), 0.0)
-        else:  # tokens whose gradient the ratio clip has already taken are not drawn
-            covariance = covariance.masked_fill(clipped > unclipped, -math.inf)
-            acted = clip_cov_tokens(covariance, mask, cov.frac, cov.bounds, cov.generator)
-            per_token = torch.where(acted, 0.0, per_token)
-        stats[f"{cov.kind}_tokens"] = float(acted.sum())
     loss = token_mean(per_token, mask, weights)
     with torch.no_grad():
         stats = {
             "clipfrac": masked_mean((clipped > unclipped).to(ratio.dtype), mask).item(),
             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask).item(),
             "ratio_mean": masked_mean(ratio, mask).item(),
-            **stats,
         }
     return loss, stats
 

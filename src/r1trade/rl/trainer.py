@@ -7,7 +7,7 @@ One update reads top to bottom, CleanRL-style:
   3. advantages — GAE over turns or action tokens (PPO), group baselines (GRPO, Dr. GRPO, RLOO, optionally per
      decision or per anchor state as GiGPO) or normalised returns (REINFORCE++);
   4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask (per token, or per
-     episode), optionally with Clip-Cov or KL-Cov; clipped gradients; a non-finite loss or gradient skips the step;
+     episode); clipped gradients; a non-finite loss or gradient skips the step;
   5. log and checkpoint.
 Under `accelerate launch` every process plays its own episodes and gradients are averaged before each step
 (`r1trade.rl.distributed`).
@@ -49,7 +49,6 @@ from r1trade.rl.distributed import Distributed
 from r1trade.rl.episode_metrics import episode_metrics
 from r1trade.rl.group_filters import drop_uniform_groups, filter_top_groups
 from r1trade.rl.losses import (
-    CovControl,
     entropy_bonus,
     kl_penalty,
     policy_loss,
@@ -93,7 +92,6 @@ class Trainer:
         trained_critic = self.models.critic if self.uses_critic else None
         self.distributed.prepare(self.models.policy, trained_critic, self.optimizer, cfg)  # DeepSpeed, if launched so
         self.generator = torch.Generator().manual_seed(self.config.seed)
-        self.cov_generator = torch.Generator()  # Clip-Cov's draws, seeded anew each update (`optimise`)
         self.sampling = sampling_from_config(self.config.rollout)  # the engine samples with this very object
         self.engine = transformers_engine(self.models.policy, self.models.tokenizer, self.sampling)
         self.state = TrainingState()
@@ -233,7 +231,6 @@ class Trainer:
         totals: dict[str, list[float]] = {}
         skipped = steps = 0
         order_generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.state.step)
-        self.cov_generator.manual_seed(self.config.seed * 7919 + self.state.step + 1)
         most_rows = int(self.distributed.reduce(torch.tensor([batch.rows]), "max"))
         filler = None  # under DeepSpeed short minibatches are padded with rows of this batch, weighted by zero
         if self.distributed.deepspeed:
@@ -304,12 +301,9 @@ class Trainer:
             temperature=self._temperature(), chunk=cfg.logprob_chunk, with_values=self.uses_critic,
             token_mask=self._scored(micro.action_mask), share_prefix=cfg.share_prefix,
         )
-        cov = None if cfg.entropy_control == "none" else CovControl(
-            cfg.entropy_control, cfg.entropy_control_frac, cfg.kl_cov_coef, cfg.clip_cov_bounds, self.cov_generator
-        )
         pg, stats = policy_loss(
             out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high,
-            weights=micro.loss_weight, cov=cov,
+            weights=micro.loss_weight,
         )
         entropy = entropy_bonus(out.entropy, mask, micro.loss_weight)
         loss = pg - cfg.entropy_coef * entropy
