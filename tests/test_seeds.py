@@ -221,6 +221,16 @@ def test_a_finished_seed_is_skipped_and_a_stopped_one_resumed(capsys, tmp_path: 
     later = json.loads((out / "seeds.json").read_text())
     assert later["seeds"] == summary["seeds"] and later["summary"] == summary["summary"]
     shutil.rmtree(out / "seed-7")
+    # a damaged report of an earlier seed leaves that seed out, not the call's own summary
+    report_0 = seed_0 / "test" / "metrics.json"
+    intact = report_0.read_bytes()
+    report_0.write_text("{not json")
+    assert main([*command, "--seeds", "1"]) == 0
+    assert "seed 0: left out of seeds.json" in capsys.readouterr().out
+    assert [r["seed"] for r in json.loads((out / "seeds.json").read_text())["seeds"]] == [1]
+    report_0.write_bytes(intact)
+    assert main([*command, "--seeds", "1"]) == 0
+    finished = mtimes(seed_0)
 
     # another config in the same folder is refused before anything runs
     capsys.readouterr()

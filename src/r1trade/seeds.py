@@ -45,7 +45,7 @@ from r1trade.backtest.step_selection import (
     select_step,
 )
 from r1trade.config import Config, RolloutConfig, load_config
-from r1trade.errors import UsageError
+from r1trade.errors import R1TradeError, UsageError
 from r1trade.eval.ladder import AGENT_PREFIX, SIGNAL_ROW, Level, add_record, ladder_record
 from r1trade.eval.seed_spread import SeedSpread, spread_by_figure
 from r1trade.outputs import locked_run_folder, write_file
@@ -213,7 +213,7 @@ def _finished_recipe_seed(
                 or not (report / "metrics.json").is_file():
             return "not finished (run this seed to finish it)"
         figures = seed_figures(read_json_object(report / "metrics.json"))
-    except UsageError as error:
+    except R1TradeError as error:  # a damaged file of that seed leaves it out, not this call's summary
         return str(error)
     return SeedResult(seed, selection.step, selection.checkpoint, report, figures)
 
