@@ -183,12 +183,12 @@ def recipe_seeds_elsewhere(
     command gives that seed (with a warm start, from whichever warm start it started), their step was chosen as
     this command chooses, and their test report is in place. Each other seed folder is named and left out."""
     found = []
-    folders = (path for path in out_dir.glob("seed-*") if re.fullmatch(r"seed-\d{1,10}", path.name))
-    for folder in sorted(folders, key=lambda path: int(path.name.removeprefix("seed-"))):
-        seed = int(folder.name.removeprefix("seed-"))
+    named = (re.fullmatch(r"seed-(0|[1-9]\d{0,9})", path.name) for path in out_dir.glob("seed-*"))
+    for seed in sorted(int(match[1]) for match in named if match):
         if seed in skip:
             continue
-        result = _finished_recipe_seed(config, overrides, seed, folder, warm=warm, metric=metric, every=every)
+        result = _finished_recipe_seed(config, overrides, seed, out_dir / f"seed-{seed}", warm=warm,
+                                       metric=metric, every=every)
         if isinstance(result, str):
             _say(console, seed, f"left out of {SUMMARY_FILE}: {result}")
         else:
