@@ -165,3 +165,48 @@ def test_more_information_calls_than_the_call_budget_allows_is_refused() -> None
                                    "warmstart.max_info_calls=2"])
     with pytest.raises(ConfigError, match="max_info_calls"):
         collect_demonstrations(config, ChatTokens(build_tiny_tokenizer()), episodes=1, seed=0)
+
+
+def _sampled_turns(chat: ChatTokens, example: dict) -> list[str]:
+    """The demonstrated turns of an example (its mask-1 runs, less the end-of-turn token), as text."""
+    ids, mask, turns, start = example["input_ids"], example["completion_mask"], [], None
+    for i, bit in enumerate([*mask, 0]):
+        if bit and start is None:
+            start = i
+        elif not bit and start is not None:
+            turns.append(chat.tokenizer.decode(ids[start:i - 1]))
+            start = None
+    return turns
+
+
+@pytest.mark.parametrize("actions", [["long", "short"], ["long", "short", "hold", "close"]])
+def test_balanced_demonstrations_follow_each_context_with_every_choice_once(actions: list[str]) -> None:
+    config = load_config("smoke", [
+        *PRICE_ONLY, "env.episode_decisions=1", "warmstart.policy=random", f"warmstart.actions=[{','.join(actions)}]",
+        "warmstart.orders=plain", "warmstart.max_info_calls=2", "warmstart.balanced=true",
+    ])
+    chat = ChatTokens(build_tiny_tokenizer())
+    examples = collect_demonstrations(config, chat, episodes=5, seed=0)
+    assert len(examples) == 5 * len(actions)  # one copy per choice
+    looked_counts = set()
+    for first in range(0, len(examples), len(actions)):
+        copies = examples[first:first + len(actions)]
+        turns = [_sampled_turns(chat, example) for example in copies]
+        assert all(t[:-1] == turns[0][:-1] for t in turns)  # the same information calls...
+        mask = copies[0]["completion_mask"]
+        trade_at = max(i for i, bit in enumerate(mask) if bit and not mask[i - 1])  # where the trade turn starts
+        assert all(c["input_ids"][:trade_at] == copies[0]["input_ids"][:trade_at] for c in copies)  # ...in one context
+        chosen = [re.search(r"Action: (\w+)\.", t[-1]).group(1) for t in turns]
+        assert sorted(chosen) == sorted(actions)  # ...each followed by every choice once
+        looked_counts.add(len(turns[0]) - 1)
+    assert len(looked_counts) > 1  # the information calls still vary between episodes
+
+
+def test_unbalanced_demonstrations_are_one_copy_each_and_the_rule_cannot_be_balanced() -> None:
+    base = [*PRICE_ONLY, "env.episode_decisions=1", "warmstart.max_info_calls=2"]
+    chat = ChatTokens(build_tiny_tokenizer())
+    assert len(collect_demonstrations(load_config("smoke", [*base, "warmstart.policy=random"]), chat,
+                                      episodes=5, seed=0)) == 5
+    with pytest.raises(ConfigError, match="balanced needs policy: random"):
+        collect_demonstrations(load_config("smoke", [*base, "warmstart.policy=rule", "warmstart.balanced=true"]), chat,
+                               episodes=1, seed=0)

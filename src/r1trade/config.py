@@ -639,8 +639,15 @@ class WarmstartConfig(Section):
         [], description="information tools every random demonstration calls first, before its random draws (a "
         "diagnostic: with [get_changes] every trade has the signal in view)"
     )
+    balanced: bool = Field(
+        False, description="the random policy plays each episode once per trade choice, from the same start and with"
+        " the same information calls, each copy's trades one choice on from the last's: every context shown is "
+        "followed by every choice equally often, so the warm start learns no link between what it saw and what it "
+        "chose (with random draws, 96 episodes leave chance links that RL must first unlearn)"
+    )
     episodes: int = Field(
-        16, ge=1, le=MAX_COUNT, description="demonstration episodes played on the train split"
+        16, ge=1, le=MAX_COUNT, description="demonstration episodes played on the train split (with `balanced`, each"
+        " played once per trade choice)"
     )
     episode_decisions: int | None = Field(
         2, ge=1, le=10_000,
