@@ -15,7 +15,6 @@ from r1trade.rl.advantages import (
     compute_advantages,
     decision_group_advantages,
     group_relative,
-    kl_coefficients,
     kl_in_loss,
     turn_discounts,
 )
@@ -204,22 +203,6 @@ def test_collate_tags_every_sampled_token_with_its_turn_and_decision() -> None:
     assert batch.decision.tolist() == [[-1, -1, 0, 0, -1], [-1, 1, -1, 1, 1]]
     # the turn tags select exactly the sampled tokens
     assert ((batch.turn >= 0) == batch.action_mask.bool()).all()
-    # no turn says it placed no trade, so none counts as looking
-    assert batch.looking.sum().item() == 0
-
-
-def test_collate_marks_the_tokens_of_turns_that_placed_no_trade() -> None:
-    segment = Segment()
-    segment.extend([10], sampled=False)
-    segment.extend([11, 12], sampled=True, logprobs=[-1.0, -1.0])
-    segment.extend([13], sampled=False)
-    segment.extend([14], sampled=True, logprobs=[-0.5])
-    turns = [
-        Turn(0, 1, 3, "Check get_changes.", 0.0, False, {"decision_index": 0, "decision_done": False}),
-        Turn(0, 4, 5, "Action: long.", 1.0, False, {"decision_index": 0, "decision_done": True}),
-    ]
-    batch = collate([Trajectory(seed=0, group=0, segments=[segment], turns=turns)], pad_id=0)
-    assert batch.looking.tolist() == [[0, 1, 1, 0, 0]]
 
 
 def test_group_algorithms_need_groups_and_the_decision_term_needs_a_group_algorithm() -> None:
@@ -285,31 +268,6 @@ def test_turn_gamma_needs_credit_per_turn_without_groups() -> None:
     for overrides in (["train.credit=token"], ["train.algorithm=grpo", "train.group_size=2"]):
         with pytest.raises(ConfigError, match="turn_gamma needs credit: turn"):
             load_config(None, ["train.turn_gamma=1", *overrides])
-
-
-def test_a_separate_kl_coefficient_on_looking_turns_by_hand() -> None:
-    # INFO_ROWS with the information call (turn 0 of trajectory 0) marked as looking. k1 KL per token: 0.1 on each
-    # of trajectory 0's sampled tokens, 0.2 on trajectory 1's. kl_coef 0.5 on trades, look_kl_coef 2 on looks:
-    # turn penalties 2 * 0.2 = 0.4 (the look), 0.5 * 0.2 = 0.1 (each trade), 0.5 * 0.4 = 0.2 (trajectory 1).
-    # REINFORCE++, gamma 0, turn_gamma 1: returns 0.05 - 0.4 + (1.0 - 0.1) = 0.55, 0.9, 2.0 - 0.1 = 1.9, -0.2.
-    batch = _batch(INFO_ROWS)
-    batch.looking = torch.tensor([[0, 1, 1, 0, 0, 0, 0, 0, 0], [0] * 9]).float()
-    batch.ref_logprobs = batch.old_logprobs - 0.1 * batch.action_mask
-    batch.ref_logprobs[1] = batch.old_logprobs[1] - 0.2 * batch.action_mask[1]
-    config = load_config(None, [
-        "train.algorithm=reinforce_pp", "train.gamma=0", "train.turn_gamma=1", "train.kl_coef=0.5",
-        "train.look_kl_coef=2",
-    ]).train
-    assert kl_coefficients(batch, config)[0, :3].tolist() == [0.5, 2.0, 2.0]
-    out = compute_advantages(batch, config)
-    raw = torch.tensor([0.55, 0.9, 1.9, -0.2])
-    a0, a1, a2, b0 = ((raw - raw.mean()) / raw.std()).tolist()
-    torch.testing.assert_close(out.advantages[0], torch.tensor([0, a0, a0, 0, a1, a1, 0, a2, a2]))
-    torch.testing.assert_close(out.advantages[1, :3], torch.tensor([0, b0, b0]))
-    # Unset, every token pays kl_coef: the look's penalty is 0.1 and its return 0.05 - 0.1 + 0.9 = 0.85.
-    same = compute_advantages(batch, config.model_copy(update={"look_kl_coef": None}))
-    raw = torch.tensor([0.85, 0.9, 1.9, -0.2])
-    assert same.advantages[0, 1].item() == pytest.approx(((raw - raw.mean()) / raw.std())[0].item(), abs=1e-6)
 
 
 def test_the_kl_placement_moves_the_penalty_out_of_the_advantages() -> None:

@@ -313,18 +313,6 @@ def test_the_temperature_reaches_the_sampler_and_the_scores(tmp_path: Path):
     assert scored and set(scored) == {0.7}
 
 
-def test_the_look_anchor_reaches_the_loss(tmp_path: Path, monkeypatch):
-    seen = []
-    coefficients = trainer_module.kl_coefficients
-    def spy(batch, config):
-        seen.append(config.look_kl_coef)
-        return coefficients(batch, config)
-    monkeypatch.setattr(trainer_module, "kl_coefficients", spy)
-    config = make_config(updates=2, epochs=1, kl_coef=0.1, kl_placement="loss", look_kl_coef=0.5)
-    make_trainer(config, tmp_path).train()
-    assert seen and seen == [0.5] * len(seen)
-
-
 def test_micro_batches_cut_by_length_give_the_same_scores_and_step(tmp_path: Path):
     """`micro_batch_order: length` only regroups the rows of each gradient-accumulation pass: the scores come back
     in row order and one update moves the weights as the drawn order does, up to float rounding."""

@@ -267,24 +267,6 @@ def test_tokens_after_the_last_sampled_token_change_nothing(tmp_path, algorithm)
         torch.testing.assert_close(long_grads[name], grad, rtol=1e-4, atol=1e-7, msg=name)
 
 
-def test_the_group_loss_takes_the_looking_turns_kl_coefficient_on_their_tokens(tmp_path):
-    # GRPO's KL term sits in the loss: with every sampled token in a looking turn, look_kl_coef 0.5 gives the loss
-    # of kl_coef 0.5; with none, the loss of the run's kl_coef 0.05.
-    losses = {}
-    for name, extra, looking in (
-        ("look", ("train.look_kl_coef=0.5",), 1.0), ("none", ("train.look_kl_coef=0.5",), 0.0),
-        ("high", ("train.kl_coef=0.5",), 0.0), ("low", (), 0.0),
-    ):
-        trainer = make_trainer(tmp_path / name, lora=True, share=False, algorithm="grpo", extra=extra)
-        batch = shared_batch()
-        batch.looking = batch.action_mask * looking
-        batch = compute_advantages(trainer.score(batch), trainer.config.train)
-        losses[name] = trainer.loss(batch)[0].item()
-    assert losses["look"] == pytest.approx(losses["high"], rel=1e-6)
-    assert losses["none"] == pytest.approx(losses["low"], rel=1e-6)
-    assert losses["look"] != pytest.approx(losses["none"], rel=1e-6)
-
-
 def test_a_kl_placed_in_the_loss_adds_its_mean_to_the_ppo_loss(tmp_path):
     # With train.kl_placement loss the advantages carry no KL, so the two losses differ by kl_coef times the mean
     # k3 estimate over the sampled tokens (the `kl_ref` statistic).

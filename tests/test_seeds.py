@@ -15,7 +15,7 @@ import pytest
 
 from r1trade.cli import main
 from r1trade.config import load_config
-from r1trade.errors import UsageError
+from r1trade.errors import ConfigError, UsageError
 from r1trade.eval.seed_spread import SeedSpread, interquartile_mean, seed_spread, spread_by_figure
 from r1trade.rl.checkpoint import STATE_FILE
 from r1trade.rl.trainer import Trainer
@@ -344,3 +344,19 @@ def test_a_warm_start_is_borrowed_across_sampling_and_reward_settings_but_not_ac
     shorter_turns = load_config("smoke", ["rollout.max_new_tokens=7"])
     with pytest.raises(UsageError, match="ran another config"):
         borrowed_warm_start(warm, shorter_turns)
+
+
+def test_a_warm_start_saved_with_a_retired_rl_key_is_still_borrowed_but_not_one_with_a_retired_warm_start_key(
+    tmp_path: Path,
+) -> None:
+    warm = tmp_path / "seed-0" / "warmstart"
+    load_config("smoke").save(warm)
+    (warm / "warmstart.json").write_text("{}")
+    saved = (warm / "config.yaml").read_text()
+    (warm / "config.yaml").write_text(saved.replace("train:\n", "train:\n  look_kl_coef: 0.3\n", 1))
+    assert borrowed_warm_start(warm, load_config("smoke")) == warm / "model"  # RL's keys are not the warm start's
+    with pytest.raises(ConfigError, match="'train.look_kl_coef' was retired"):
+        load_config(warm / "config.yaml")  # as a run it did what r1trade no longer does
+    (warm / "config.yaml").write_text(saved.replace("warmstart:\n", "warmstart:\n  changes_in_view: 0.5\n", 1))
+    with pytest.raises(UsageError, match="'warmstart.changes_in_view' was retired"):
+        borrowed_warm_start(warm, load_config("smoke"))

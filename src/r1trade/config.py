@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -521,11 +522,6 @@ class TrainConfig(Section):
         "REINFORCE++ place it) or as a term of the loss (k3, whose gradient pulls each token toward the reference "
         "directly, as GRPO places it). auto: the loss for the group algorithms, the reward otherwise"
     )
-    look_kl_coef: float | None = Field(
-        None, ge=0, description="the KL coefficient on the tokens of turns that place no trade (information calls, "
-        "malformed turns) instead of kl_coef: a larger one holds what the agent looks at near the reference policy "
-        "while its trade learns to read the answer. None: kl_coef on every token"
-    )
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
     loss_mask: bool = Field(True, description="losses over sampled tokens only (False: every valid token)")
     advantage_mask: bool = Field(True, description="GAE over sampled tokens only (False: over every token)")
@@ -945,6 +941,7 @@ RETIRED_KEYS: dict[tuple[str, str], Any] = {
     ("warmstart", "changes_in_view"): 0.0,  # its warm start
     ("rollout", "temperature_from"): {},  # one run's schedules: the recipe samples and anchors the same
     ("train", "look_kl_updates"): None,  # way on every update (section 52)
+    ("train", "look_kl_coef"): None,  # the anchor on looking turns: seeds 5 and 6 read without it (section 54)
     ("train", "entropy_control"): "none",  # Clip-Cov, KL-Cov: over seeds 0-2 no seed read that did not without
     ("train", "entropy_control_frac"): 0.002,  # them (docs/notebook/results-log.md section 53)
     ("train", "kl_cov_coef"): 1.0,
@@ -954,23 +951,29 @@ RETIRED_KEYS: dict[tuple[str, str], Any] = {
 spells out every key, so a run saved before a key was retired still loads when it holds that value."""
 
 
-def without_retired_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:
+def without_retired_keys(
+    raw: dict[str, Any], source: str, unread: Collection[str] = ()
+) -> dict[str, Any]:
     """`raw` without the retired keys that hold their retired value; any other value of one is a one-line error
-    (the run it describes did something r1trade no longer does)."""
+    (the run it describes did something r1trade no longer does), except in the sections the reader says it does
+    not read (`unread`), whose retired keys are dropped whatever they hold."""
     cleaned = dict(raw)
     for (section, key), value in RETIRED_KEYS.items():
         settings = cleaned.get(section)
         if not isinstance(settings, dict) or key not in settings:
             continue
-        if settings[key] != value:
+        if settings[key] != value and section not in unread:
             raise ConfigError(f"{source}: '{section}.{key}' was retired; only its old default {value!r} loads "
                               f"(got {_clip(repr(settings[key]), MAX_QUOTED)})")
         cleaned[section] = {k: v for k, v in settings.items() if k != key}
     return cleaned
 
 
-def load_config(name_or_path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Load and validate a config (defaults when no file is given), applying `--set` overrides."""
+def load_config(
+    name_or_path: str | Path | None = None, overrides: list[str] | None = None, *, unread: Collection[str] = ()
+) -> Config:
+    """Load and validate a config (defaults when no file is given), applying `--set` overrides. `unread`: sections
+    the caller will not read, whose retired keys load whatever value they held (`without_retired_keys`)."""
     raw: dict[str, Any] = {}
     source = "defaults"
     if name_or_path is not None:
@@ -991,7 +994,7 @@ def load_config(name_or_path: str | Path | None = None, overrides: list[str] | N
     if overrides:
         raw = deep_merge(raw, parse_overrides(overrides))
         source += " with --set overrides"
-    raw = without_retired_keys(raw, source)
+    raw = without_retired_keys(raw, source, unread)
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:

@@ -64,7 +64,7 @@ WARM_START_UNREAD: dict[str, Any] = {
 }
 """What a warm start does not read: RL, its rewards, the backtest and the rollout's sampling (its
 `max_new_tokens` bounds the demonstrated turns, so it is read). Imitation scores tokens, not rewards, so a reward
-ablation may start from the recipe's own warm start."""
+ablation may start from the recipe's own warm start, and so may a recipe that retired an RL key."""
 STARTING_ROW = "base model"
 """The report's row of the model RL started from (`--baseline base-model`)."""
 ACCURACY, GAIN, RETURN, INFO_CALLS = (
@@ -229,7 +229,7 @@ def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
     if not (warm_dir / WARMSTART_LOG).is_file():
         raise UsageError(f"--warmstart-from: '{warm_dir}' holds no finished warm start (no {WARMSTART_LOG})")
     try:
-        theirs = load_config(warm_dir / "config.yaml", [])
+        theirs = load_config(warm_dir / "config.yaml", [], unread=WARM_START_UNREAD)
     except UsageError as error:
         raise UsageError(f"--warmstart-from: {error}") from None
     if theirs.model_dump(exclude=WARM_START_UNREAD) != config.model_dump(exclude=WARM_START_UNREAD):

@@ -231,7 +231,7 @@ def reinforce_pp_returns(
     action_mask: torch.Tensor,
     gamma: float,
     kl: torch.Tensor | None = None,
-    kl_coef: float | torch.Tensor = 0.0,
+    kl_coef: float = 0.0,
 ) -> torch.Tensor:
     """REINFORCE++ token returns: discounted future rewards over action tokens, KL penalty in. -> (N, T).
 
@@ -252,7 +252,7 @@ def reinforce_pp_advantages(
     action_mask: torch.Tensor,
     gamma: float,
     kl: torch.Tensor | None = None,
-    kl_coef: float | torch.Tensor = 0.0,
+    kl_coef: float = 0.0,
     eps: float = 1e-8,
 ) -> torch.Tensor:
     """REINFORCE++ advantages: `reinforce_pp_returns` whitened over all action tokens given. -> (N, T).
@@ -313,17 +313,9 @@ def keep_top_groups_by_std(scores: torch.Tensor, group_ids: torch.Tensor, keep_f
     return kept_groups[group]
 
 
-def kl_coefficients(batch: RolloutBatch, config: TrainConfig) -> float | torch.Tensor:
-    """The KL coefficient per token: `kl_coef`, except `look_kl_coef` on the tokens of turns that placed no trade.
-    -> float, or (R, T) when the two differ."""
-    if config.look_kl_coef is None or batch.looking is None:
-        return config.kl_coef
-    return config.kl_coef + (config.look_kl_coef - config.kl_coef) * batch.looking
-
-
 def uses_kl(config: TrainConfig) -> bool:
     """Whether any token pays a KL penalty."""
-    return config.kl_coef > 0 or bool(config.look_kl_coef)
+    return config.kl_coef > 0
 
 
 def kl_in_loss(config: TrainConfig) -> bool:
@@ -343,12 +335,9 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
     kl = None  # the KL penalty in the reward, where it goes there
     if batch.ref_logprobs is not None and uses_kl(config) and not kl_in_loss(config):
         kl = view.to_trajectories(kl_penalty(batch.old_logprobs, batch.ref_logprobs, kind=config.kl_estimator))
-    coefficients = kl_coefficients(batch, config) if kl is not None else 0.0
-    if isinstance(coefficients, torch.Tensor):
-        coefficients = view.to_trajectories(coefficients)  # (N, L)
     token_level_reinforce = config.algorithm == "reinforce_pp" and config.credit == "token"
     if kl is not None and not token_level_reinforce:  # (REINFORCE++ per token shapes its returns with it below)
-        rewards = rewards - coefficients * kl * action
+        rewards = rewards - config.kl_coef * kl * action
     if config.algorithm == "ppo":
         assert batch.old_values is not None, "PPO needs the critic's values"
         values = view.to_trajectories(batch.old_values)
@@ -397,7 +386,7 @@ def compute_advantages(batch: RolloutBatch, config: TrainConfig) -> RolloutBatch
         discount = _turn_discounts(batch, view, turns, config)
         per_turn = reinforce_pp_turn_advantages(turns.sum(rewards), turns.present, discount)  # (N, K)
         return replace(batch, advantages=view.to_rows(turns.broadcast(per_turn)))
-    advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=coefficients)
+    advantages = reinforce_pp_advantages(rewards, broadcast, config.gamma, kl=kl, kl_coef=config.kl_coef)
     return replace(batch, advantages=view.to_rows(advantages))
 
 

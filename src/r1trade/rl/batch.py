@@ -32,7 +32,6 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None  # (R, T)
     returns: torch.Tensor | None = None  # (R, T) value targets, where `value_mask` is 1
     value_mask: torch.Tensor | None = None  # (R, T) tokens whose value the critic is trained on
-    looking: torch.Tensor | None = None  # (R, T) 1 = sampled in a turn that placed no trade (a look or a bad call)
     anchor: torch.Tensor | None = None  # (R, T) long: the anchor state of that turn (`anchor_states`), else -1
     loss_weight: torch.Tensor | None = None  # (R, T) each token's weight in the loss's mean (None: 1 each)
 
@@ -97,7 +96,6 @@ def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
         group=torch.tensor([g for _, _, g, _ in segments]),
         turn=torch.full((rows, width), -1, dtype=torch.long),
         decision=torch.full((rows, width), -1, dtype=torch.long),
-        looking=torch.zeros(rows, width),
         anchor=torch.full((rows, width), -1, dtype=torch.long),
     )
     for row, (*_, seg) in enumerate(segments):
@@ -115,8 +113,6 @@ def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
             batch.anchor[row, turn.start : turn.end] = anchor_ids.setdefault(state, len(anchor_ids))
             batch.turn[row, turn.start : turn.end] = k
             batch.decision[row, turn.start : turn.end] = int(turn.info.get("decision_index", k))
-            if not turn.info.get("decision_done", True):
-                batch.looking[row, turn.start : turn.end] = 1.0
     return batch
 
 

@@ -38,7 +38,6 @@ from r1trade.outputs import append_line
 from r1trade.rl.advantages import (
     compute_advantages,
     explained_variance,
-    kl_coefficients,
     kl_in_loss,
     shared_step_group_rate,
     uses_kl,
@@ -310,7 +309,7 @@ class Trainer:
         kl_tokens = kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3")
         kl = masked_mean(kl_tokens, mask)
         if kl_in_loss(cfg) and uses_kl(cfg):
-            loss = loss + token_mean(kl_coefficients(micro, cfg) * kl_tokens, mask, micro.loss_weight)
+            loss = loss + token_mean(cfg.kl_coef * kl_tokens, mask, micro.loss_weight)
         stats = {**stats, "policy_loss": float(pg.detach()), "entropy": float(entropy.detach()), "kl_ref": float(kl.detach())}
         loss = loss * weights[0]
         if self.uses_critic:

@@ -17,8 +17,8 @@ that could make TRL load code (`r1trade.config.TRL_ARGS_REFUSED`): TRL gets `tru
 Refused, each in one line: algorithms other than grpo and dr_grpo (TRL 1.16 has no PPO trainer and its
 RLOOTrainer takes no `environment_factory`), credit settings (one advantage per completion), the critic, the mask
 ablations, StarPO-S group filtering and DAPO's dynamic sampling, GiGPO's step groups, sequence-level loss
-averaging, a separate KL on looking turns, the KL in the reward, greedy sampling, and full
-fine-tuning with a KL for a model not loaded from a folder (TRL loads its reference from the policy's folder).
+averaging, the KL in the reward, greedy sampling, and full fine-tuning with a KL for a model not loaded from a
+folder (TRL loads its reference from the policy's folder).
 `logprob_chunk`, `share_prefix`, `minibatches`, `old_logprobs` and the echo-trap thresholds tune r1trade's own
 loop and have no effect here.
 """
@@ -52,7 +52,6 @@ _UNSUPPORTED: tuple[tuple[str, str], ...] = (
     ("dynamic_sampling", "GRPOTrainer keeps every group"),
     ("step_groups", "GRPOTrainer gives a completion one advantage, its episode reward against its group's"),
     ("loss_aggregation", "r1trade maps its group algorithms to GRPOTrainer's token-level loss_type"),
-    ("look_kl_coef", "GRPOTrainer's KL has one coefficient for every token"),
 )
 """train.* keys whose non-default values TRL cannot reproduce, and why."""
 
