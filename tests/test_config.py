@@ -59,6 +59,7 @@ def test_a_run_saved_before_a_key_was_retired_still_loads(tmp_path: Path):
         ("rollout", "temperature_from: {}", "temperature_from: {34: 0.5}"),
         ("train", "look_kl_updates: null", "look_kl_updates: 47"),
         ("train", "look_kl_coef: null", "look_kl_coef: 0.3"),
+        ("warmstart", "balanced: false", "balanced: true"),
         ("train", "entropy_control: none", "entropy_control: kl_cov"),
         ("train", "kl_cov_coef: 1.0", "kl_cov_coef: 2.0"),
         ("train", "clip_cov_bounds:\n  - 1.0\n  - 5.0", "clip_cov_bounds:\n  - 0.5\n  - 5.0"),

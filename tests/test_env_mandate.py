@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import doctest
 import json
-import re
 import math
 
 import numpy as np
@@ -18,7 +17,7 @@ from r1trade.backtest.strategies import best_constant_exposure, nearest_size
 from r1trade.cli import main
 from r1trade.config import RewardsConfig, load_config
 from r1trade.env import MarketReplay, TradingEnv, volatility
-from r1trade.env.demonstrations import random_decision, trade_choices
+from r1trade.env.demonstrations import random_decision
 from r1trade.env.rewards import vol_target_miss
 from r1trade.env.volatility import interval_volatility, realised_volatility
 from r1trade.errors import ConfigError
@@ -251,17 +250,3 @@ def test_random_demonstrations_look_at_volatility_then_draw_every_size_alike() -
         assert json.loads(body.removesuffix("</tool_call>"))["name"] == expected
     counts = {size: drawn.count(size) for size in SIZES}
     assert set(drawn) == set(SIZES) and min(counts.values()) >= 10  # six choices, 20 each expected
-
-
-def test_a_shifted_draw_takes_the_next_size_with_the_same_draws() -> None:
-    config = load_config("btc_voltarget_tiny")
-    env = TradingEnv(random_candles(600, seed=4), config.env, config.rewards)
-    choices = trade_choices(env, ["long", "close", "hold"])
-    assert choices == ["close", "long 0.25", "long 0.5", "long 0.75", "long 1", "long 1.5", "hold"]
-    assert trade_choices(env, ["long", "short"]) == choices[1:6]  # no short under the mandate, no close or hold
-    env.reset(seed=0, options={"start": 200, "decisions": 1})
-    trades = [random_decision(env, np.random.default_rng(7), ["long", "close", "hold"], plain=False, max_info_calls=0,
-                              shift=shift)[-1] for shift in range(len(choices))]
-    taken = [re.search(r"Action: ([\w .]+?)\.\n", trade).group(1) for trade in trades]
-    first = choices.index(taken[0])
-    assert taken == [choices[(first + shift) % len(choices)] for shift in range(len(choices))]

@@ -635,15 +635,8 @@ class WarmstartConfig(Section):
         [], description="information tools every random demonstration calls first, before its random draws (a "
         "diagnostic: with [get_changes] every trade has the signal in view)"
     )
-    balanced: bool = Field(
-        False, description="the random policy plays each episode once per trade choice, from the same start and with"
-        " the same information calls, each copy's trades one choice on from the last's: every context shown is "
-        "followed by every choice equally often, so the warm start learns no link between what it saw and what it "
-        "chose (with random draws, 96 episodes leave chance links that RL must first unlearn)"
-    )
     episodes: int = Field(
-        16, ge=1, le=MAX_COUNT, description="demonstration episodes played on the train split (with `balanced`, each"
-        " played once per trade choice)"
+        16, ge=1, le=MAX_COUNT, description="demonstration episodes played on the train split"
     )
     episode_decisions: int | None = Field(
         2, ge=1, le=10_000,
@@ -941,6 +934,7 @@ RETIRED_KEYS: dict[tuple[str, str], Any] = {
     ("warmstart", "changes_in_view"): 0.0,  # its warm start
     ("rollout", "temperature_from"): {},  # one run's schedules: the recipe samples and anchors the same
     ("train", "look_kl_updates"): None,  # way on every update (section 52)
+    ("warmstart", "balanced"): False,  # every choice after each context: seed 1 read no better (section 54)
     ("train", "look_kl_coef"): None,  # the anchor on looking turns: seeds 5 and 6 read without it (section 54)
     ("train", "entropy_control"): "none",  # Clip-Cov, KL-Cov: over seeds 0-2 no seed read that did not without
     ("train", "entropy_control_frac"): 0.002,  # them (docs/notebook/results-log.md section 53)

@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers import PrinterCallback, TrainerCallback
 
-from r1trade.config import Config, WarmstartConfig
-from r1trade.env.demonstrations import demonstration_turn, random_decision, trade_choices
-from r1trade.env.trading_env import TradingEnv, make_envs
+from r1trade.config import Config
+from r1trade.env.demonstrations import demonstration_turn, random_decision
+from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
 from r1trade.models.baked_tools import bake_tools, without_baked_tools
 from r1trade.models.chat import ChatTokens
@@ -38,8 +38,7 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
     An example is laid out exactly as the rollout engine lays out a trajectory segment: the first context, then
     per decision the rule's turn and its end-of-turn token (`completion_mask` 1), the template's closing and the
     next observation (mask 0). The system prompt is paid for once per episode rather than once per turn. A
-    context reset starts a new example, as it starts a new segment in a rollout. With `warmstart.balanced` each
-    episode is replayed once per trade choice from the same seed and the same draws, its trades shifted along.
+    context reset starts a new example, as it starts a new segment in a rollout.
     """
     examples = []
     rng = np.random.default_rng(seed)
@@ -51,55 +50,39 @@ def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, s
             f"below env.max_tool_calls "
             f"({config.env.max_tool_calls}): the trade would be a forced hold"
         )
-    if warm.balanced and warm.policy != "random":
-        raise ConfigError("warmstart.balanced needs policy: random (the rule has one choice per context)")
     for env in make_envs(config, episodes, "train"):
         if unknown := sorted(set(warm.always_call) - env.info_tools):
             raise ConfigError(f"warmstart.always_call names {unknown[0]!r}, not one of the information tools "
                               f"{', '.join(sorted(env.info_tools))}")
-        episode_seed = int(rng.integers(2**31 - 1))
-        draws = actions.bit_generator.state
-        for shift in range(len(trade_choices(env, warm.actions)) if warm.balanced else 1):
-            actions.bit_generator.state = draws
-            examples += _play_demonstration(env, chat, warm, episode_seed, actions, shift)
+        messages, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
+        ids = chat.context(messages)
+        mask = [0] * len(ids)
+        planned: list[str] = []  # the random policy's turns left in this decision
+        while True:
+            if warm.policy == "rule":
+                text = demonstration_turn(env)
+            else:
+                planned = planned or random_decision(
+                    env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls,
+                    always_call=warm.always_call, restate=warm.restate,
+                )
+                text = planned.pop(0)
+            turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
+            end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
+            ids += [*turn, end, *rest]
+            mask += [1] * (len(turn) + 1) + [0] * len(rest)
+            messages, _, terminated, truncated, info = env.step(text)
+            if terminated or truncated or info.get("context_reset"):
+                examples.append({"input_ids": ids, "completion_mask": mask})
+                if terminated or truncated:
+                    break
+                ids = chat.context(messages)
+                mask = [0] * len(ids)
+                continue
+            following = chat.continuation(messages)
+            ids += following
+            mask += [0] * len(following)
     return examples
-
-
-def _play_demonstration(
-    env: TradingEnv, chat: ChatTokens, warm: WarmstartConfig, episode_seed: int, actions: np.random.Generator,
-    shift: int,
-) -> list[dict]:
-    """One demonstration episode from `episode_seed`, the random policy drawing from `actions` with its trade
-    choices `shift` places on; its examples (one per context)."""
-    examples = []
-    messages, _ = env.reset(seed=episode_seed)
-    ids = chat.context(messages)
-    mask = [0] * len(ids)
-    planned: list[str] = []  # the random policy's turns left in this decision
-    while True:
-        if warm.policy == "rule":
-            text = demonstration_turn(env)
-        else:
-            planned = planned or random_decision(
-                env, actions, warm.actions, plain=warm.orders == "plain", max_info_calls=warm.max_info_calls,
-                always_call=warm.always_call, restate=warm.restate, shift=shift,
-            )
-            text = planned.pop(0)
-        turn = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
-        end, *rest = chat.closing(turn)  # the model learns to emit the end-of-turn token, not what follows
-        ids += [*turn, end, *rest]
-        mask += [1] * (len(turn) + 1) + [0] * len(rest)
-        messages, _, terminated, truncated, info = env.step(text)
-        if terminated or truncated or info.get("context_reset"):
-            examples.append({"input_ids": ids, "completion_mask": mask})
-            if terminated or truncated:
-                return examples
-            ids = chat.context(messages)
-            mask = [0] * len(ids)
-            continue
-        following = chat.continuation(messages)
-        ids += following
-        mask += [0] * len(following)
 
 
 def longest_turn(examples: list[dict]) -> int:

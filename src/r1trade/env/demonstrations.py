@@ -75,7 +75,6 @@ def random_turn(
     plain: bool = False,
     looked: Sequence[str] = (),
     restate: Literal["all", "none"] = "all",
-    shift: int = 0,
 ) -> str:
     """A uniformly random trade action after a line that restates the changes the agent has seen, and nothing else.
 
@@ -85,14 +84,15 @@ def random_turn(
     reasoning names no cause: it restates the changes the observation showed (`env.observation: full`), or one
     line of what each information tool `looked` at this decision returned (`restated_result`; nothing with
     `restate` none, so every trade turn is as short whatever was looked at), then `Action: <action>.`; the
-    token after `Action:` is the one that picks the trade, and the call carries it out. `shift` takes the choice
-    that many places on from the drawn one (in `trade_choices` order), with the same draws for everything else.
+    token after `Action:` is the one that picks the trade, and the call carries it out.
     """
-    actions = _allowed(env, choices)
+    actions = [a for a in choices if a != "short" or env.env_config.allow_short]
+    if not actions:
+        raise ConfigError("warmstart.actions leaves nothing to do: add long, hold or close (shorts are not allowed)")
     if env.env_config.mandate == "vol_target":
-        action, call = _mandate_action(env, rng, actions, shift)
+        action, call = _mandate_action(env, rng, actions)
     else:
-        action, call = _trade_action(env, rng, actions, plain=plain, shift=shift)
+        action, call = _trade_action(env, rng, actions, plain=plain)
     if env.env_config.observation == "full":
         facts = [observed_changes(env)]
     else:  # each tool's answer restated alike (or none), so no tool's turn is longer to write than another's
@@ -101,29 +101,12 @@ def random_turn(
     return f"{reasoning}\n<tool_call>{json.dumps(call)}</tool_call>"
 
 
-def _allowed(env: TradingEnv, choices: Sequence[str]) -> list[str]:
-    """`choices` less short where the env does not allow it."""
-    actions = [a for a in choices if a != "short" or env.env_config.allow_short]
-    if not actions:
-        raise ConfigError("warmstart.actions leaves nothing to do: add long, hold or close (shorts are not allowed)")
-    return actions
-
-
-def trade_choices(env: TradingEnv, choices: Sequence[str]) -> list[str]:
-    """The actions `random_turn` draws its trade from, in its order: `choices` as the env allows them, or under
-    the volatility-target mandate its sizes (`long 0.5`, `close`, `hold`)."""
-    actions = _allowed(env, choices)
-    if env.env_config.mandate == "vol_target":
-        return [label for label, _ in _mandate_options(env, actions)]
-    return actions
-
-
 def _trade_action(
-    env: TradingEnv, rng: np.random.Generator, actions: Sequence[str], *, plain: bool, shift: int = 0
+    env: TradingEnv, rng: np.random.Generator, actions: Sequence[str], *, plain: bool
 ) -> tuple[str, dict]:
-    """A uniformly drawn action of `actions` (`shift` places on) and its call; an order's size, stop and
-    take-profit drawn too unless `plain`."""
-    action = actions[(int(rng.integers(len(actions))) + shift) % len(actions)]
+    """A uniformly drawn action of `actions` and its call; an order's size, stop and take-profit drawn too
+    unless `plain`."""
+    action = actions[int(rng.integers(len(actions)))]
     if action in ("long", "short"):
         if plain:
             size, stop, take = min(1.0, env.env_config.max_position_frac), None, None
@@ -140,22 +123,10 @@ def _trade_action(
     return action, _simple("hold" if action == "hold" else "close_position")
 
 
-def _mandate_action(
-    env: TradingEnv, rng: np.random.Generator, actions: Sequence[str], shift: int = 0
-) -> tuple[str, dict]:
-    """Under the volatility-target mandate, a uniform draw over `_mandate_options` (`shift` places on):
-    `long 0.75` and its order, with no stop; every size is as likely, so the warm start keeps the entropy over
-    sizes."""
-    options = _mandate_options(env, actions)
-    action, size = options[(int(rng.integers(len(options))) + shift) % len(options)]
-    if size is None:
-        return action, _simple("hold" if action == "hold" else "close_position")
-    return action, {"name": "place_order", "arguments": {"side": "long", "size": size, "view": "neutral"}}
-
-
-def _mandate_options(env: TradingEnv, actions: Sequence[str]) -> list[tuple[str, float | None]]:
-    """The mandate's choices: long for each size of `env.exposures` above 0, close for 0, and hold, as far as
-    `actions` allows them, each with its size."""
+def _mandate_action(env: TradingEnv, rng: np.random.Generator, actions: Sequence[str]) -> tuple[str, dict]:
+    """Under the volatility-target mandate, a uniform draw over the sizes of `env.exposures` (long for each
+    size above 0, close for 0, each as one choice) and hold, as far as `actions` allows them: `long 0.75` and
+    its order, with no stop; every size is as likely, so the warm start keeps the entropy over sizes."""
     options: list[tuple[str, float | None]] = []
     for size in sorted(env.env_config.exposures):
         if size > 0 and "long" in actions:
@@ -165,7 +136,10 @@ def _mandate_options(env: TradingEnv, actions: Sequence[str]) -> list[tuple[str,
     options += [("hold", None)] if "hold" in actions else []
     if not options:
         raise ConfigError("warmstart.actions leaves the mandate nothing to do: add long, close or hold")
-    return options
+    action, size = options[int(rng.integers(len(options)))]
+    if size is None:
+        return action, _simple("hold" if action == "hold" else "close_position")
+    return action, {"name": "place_order", "arguments": {"side": "long", "size": size, "view": "neutral"}}
 
 
 def information_arguments(env: TradingEnv, name: str) -> dict:
@@ -197,14 +171,12 @@ def random_decision(
     max_info_calls: int,
     always_call: Sequence[str] = (),
     restate: Literal["all", "none"] = "all",
-    shift: int = 0,
 ) -> list[str]:
     """The random policy's turns for one decision: the tools in `always_call`, then 0 to `max_info_calls` other
-    distinct information tools (how many and which drawn at random), then `random_turn` (its choice `shift`
-    places on), whose reasoning restates what they returned. Tools only read the market, so every turn can be
-    written before the first is played."""
+    distinct information tools (how many and which drawn at random), then `random_turn`, whose reasoning restates
+    what they returned. Tools only read the market, so every turn can be written before the first is played."""
     count = int(rng.integers(max_info_calls + 1)) if max_info_calls else 0
     tools = sorted(env.info_tools - set(always_call))
     looked = [*always_call, *([tools[i] for i in rng.permutation(len(tools))[:count]] if count else [])]
     return [*(information_turn(env, name) for name in looked),
-            random_turn(env, rng, choices, plain=plain, looked=looked, restate=restate, shift=shift)]
+            random_turn(env, rng, choices, plain=plain, looked=looked, restate=restate)]
