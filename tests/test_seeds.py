@@ -1,6 +1,7 @@
 """`r1trade seeds`: the spread over seeds worked by hand (mean, sd, worst, IQM), the seed list, a report's
 figures, and end to end: a finished seed skipped untouched, a seed stopped mid-training resumed from its
-checkpoint (not restarted), the warm start stage, ladder records, and one-line refusals."""
+checkpoint (not restarted), the warm start stage, restarts (only the run best on validation tested), ladder
+records, and one-line refusals."""
 
 from __future__ import annotations
 
@@ -19,7 +20,15 @@ from r1trade.errors import ConfigError, UsageError
 from r1trade.eval.seed_spread import SeedSpread, interquartile_mean, seed_spread, spread_by_figure
 from r1trade.rl.checkpoint import STATE_FILE
 from r1trade.rl.trainer import Trainer
-from r1trade.seeds import FIGURES, GAIN, borrowed_warm_start, parse_seeds, seed_figures, wants_warmstart
+from r1trade.seeds import (
+    FIGURES,
+    GAIN,
+    borrowed_warm_start,
+    kept_candidate,
+    parse_seeds,
+    seed_figures,
+    wants_warmstart,
+)
 
 TINY = ["train.updates=2", "train.checkpoint_every=1", "train.epochs=1", "train.algorithm=reinforce_pp",
         "env.episode_decisions=1", "env.max_tool_calls=1", "rollout.num_envs=1", "rollout.max_new_tokens=8",
@@ -360,3 +369,86 @@ def test_a_warm_start_saved_with_a_retired_rl_key_is_still_borrowed_but_not_one_
     (warm / "config.yaml").write_text(saved.replace("warmstart:\n", "warmstart:\n  changes_in_view: 0.5\n", 1))
     with pytest.raises(UsageError, match="'warmstart.changes_in_view' was retired"):
         borrowed_warm_start(warm, load_config("smoke"))
+
+
+# --------------------------------------------------------------------------- restarts
+
+
+def test_the_kept_run_is_the_best_on_validation_the_earliest_of_equals() -> None:
+    """Accuracies 52.4 (the config as written) and 73.6 (its restart): the restart. Penalties 0.40, 0.35, 0.35:
+    the first 0.35, lower being better. A run whose figure is missing (NaN) is never kept over one with a figure."""
+    assert kept_candidate([52.4, 73.6], "Direction Accuracy [%]") == 1
+    assert kept_candidate([73.6, 73.6], "Direction Accuracy [%]") == 0
+    assert kept_candidate([0.40, 0.35, 0.35], "Mandate Penalty") == 1
+    assert kept_candidate([math.nan, 50.0], "Direction Accuracy [%]") == 1
+
+
+@pytest.mark.parametrize(
+    ("restarts", "message"),
+    [
+        ("[[seed=3]]", "a restart may not set 'seed'"),
+        ("[[model.tiny_seed=1]]", "a restart may not set 'model.tiny_seed'"),
+        ("[[seeds.restarts=none]]", "a restart may not set 'seeds.restarts'"),
+        ("[[train.learning_rate]]", "expected section.key=value"),
+        ("[[a=1], [b=1], [c=1], [d=1], [e=1]]", "seeds.restarts"),
+    ],
+)
+def test_a_bad_restart_is_one_line_and_runs_nothing(capsys, tmp_path: Path, restarts: str, message: str) -> None:
+    out = tmp_path / "none"
+    code = main(["seeds", "--config", "smoke", "--out", str(out), "--set", f"seeds.restarts={restarts}"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and one_line(err), err
+    assert not out.exists()
+
+
+def test_a_restart_runs_beside_the_config_and_only_the_run_best_on_validation_is_tested(
+    capsys, tmp_path: Path, monkeypatch
+) -> None:
+    out = tmp_path / "restarts"
+    command = ["seeds", "--config", "smoke", "--seeds", "0", "--out", str(out), *settings(*TINY)]
+    assert main(command) == 0  # first without restarts: the config's own run, tested
+    seed_0 = out / "seed-0"
+    first = mtimes(seed_0 / "run")
+
+    # Then with a restart (another learning rate). Its test is stopped (Ctrl-C) once both runs chose their steps,
+    # so the test report in place is still the one of the config's own run.
+    restart = "seeds.restarts=[[train.learning_rate=0.01]]"
+    with_restart = [*command, "--set", restart]
+    import r1trade.seeds
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(r1trade.seeds, "run_backtest", stopped)
+    assert main(with_restart) == 130
+    monkeypatch.undo()
+    assert mtimes(seed_0 / "run") == first  # the config's own run is the same config: kept, not rerun
+    rerun = load_config(seed_0 / "restart-1" / "run" / "config.yaml")
+    assert rerun.train.learning_rate == 0.01 and rerun.seeds.restarts == [] and rerun.seed == 0
+    assert not (seed_0 / "kept.json").exists()
+
+    capsys.readouterr()
+    assert main(with_restart) == 0  # again: both runs skipped, the kept one tested
+    shown = capsys.readouterr().out
+    assert shown.count("training finished (step-2), skipped") == 2 and "backtesting step-" in shown
+    chosen = [json.loads((run / "selected_step.json").read_text()) for run in (seed_0 / "run",
+                                                                                seed_0 / "restart-1" / "run")]
+    values = [selection["value"] for selection in chosen]
+    kept = 1 if values[1] > values[0] else 0
+    noted = json.loads((seed_0 / "kept.json").read_text())
+    assert (noted["candidate"], noted["checkpoint"], noted["validation"]) == (kept, chosen[kept]["checkpoint"],
+                                                                              values)
+    report = json.loads((seed_0 / "test" / "metrics.json").read_text())
+    agent = f"agent (step-{chosen[kept]['step']})"
+    assert report["notes"][agent].startswith(f"checkpoint {chosen[kept]['checkpoint']} ")
+    summary = json.loads((out / "seeds.json").read_text())
+    assert summary["restarts"] == [["train.learning_rate=0.01"]]
+    row = summary["seeds"][0]
+    assert (row["kept"], row["validation"], row["checkpoint"]) == (kept, values, chosen[kept]["checkpoint"])
+    assert row["figures"]["Direction Accuracy [%]"] == report["strategies"][agent]["Direction Accuracy [%]"]
+    assert "restart K" in shown  # the table's column of the run tested
+
+    finished = mtimes(seed_0)
+    assert main(with_restart) == 0  # finished: nothing runs
+    assert "test backtest finished" in capsys.readouterr().out
+    assert mtimes(seed_0) == finished

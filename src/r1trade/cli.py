@@ -877,8 +877,9 @@ def seeds_command(
     ] = None,
 ) -> None:
     """Does a recipe learn? One config over several seeds, one after another: warm start, RL, the step chosen
-    on the validation split, a test backtest beside the warm start; then each held-out figure's mean, sd,
-    worst seed and IQM. Run again after a stop: finished stages are skipped, unfinished training resumes."""
+    on the validation split (likewise for each of the config's seeds.restarts, keeping the run best on
+    validation), a test backtest beside the warm start; then each held-out figure's mean, sd, worst seed and
+    IQM. Run again after a stop: finished stages are skipped, unfinished training resumes."""
     from r1trade.eval.ladder import LEVELS
     from r1trade.seeds import (
         add_ladder_records,
@@ -938,19 +939,27 @@ def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
     caption = "accuracy: direction accuracy; gain: its points over the model RL started from (the warm start)"
     if MANDATE_PENALTY in shown:
         caption += "; penalty: the mandate's mean miss (lower is better, its worst seed the highest)"
+    restarts = any(len(result.validation) > 1 for result in outcome.summarised)
+    if restarts:
+        caption += "; run: the one tested, its chosen step the best on validation (0: the config as written, K: " \
+                   "restart K)"
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     table.add_column("seed")
+    blank = [""] if restarts else []
+    if restarts:
+        table.add_column("run", justify="right")
     table.add_column("step", justify="right")
     for figure in shown:
         table.add_column(escape(headers[figure]), justify="right")
     for result in outcome.summarised:
-        table.add_row(str(result.seed), str(result.step), *(cell(result.figures[f], f) for f in shown))
+        kept = [str(result.kept)] if restarts else []
+        table.add_row(str(result.seed), *kept, str(result.step), *(cell(result.figures[f], f) for f in shown))
     spreads = [outcome.spreads[figure] for figure in shown]
     table.add_section()
     for label, field in (("mean", "mean"), ("sd", "sd"), ("worst", "worst"), ("IQM", "iqm")):
         values = [None if spread is None else getattr(spread, field) for spread in spreads]
-        table.add_row(label, "", *(cell(v, figure) for v, figure in zip(values, shown, strict=True)))
-    table.add_row("worst seed", "", *("—" if s is None else str(s.worst_seed) for s in spreads))
+        table.add_row(label, *blank, "", *(cell(v, figure) for v, figure in zip(values, shown, strict=True)))
+    table.add_row("worst seed", *blank, "", *("—" if s is None else str(s.worst_seed) for s in spreads))
     return table
 
 

@@ -722,6 +722,38 @@ class BacktestConfig(Section):
         return resamples
 
 
+MAX_RESTARTS = 4
+"""Restarts a seed may run besides the config as written: each costs a whole warm start and RL run."""
+SET_PER_SEED = ("seed", "model.tiny_seed", "seeds")
+"""Keys `r1trade seeds` sets itself for each seed and candidate, so a restart may not."""
+
+
+class SeedsConfig(Section):
+    """What `r1trade seeds` runs for each seed besides the config as written; no other command reads it."""
+
+    restarts: list[list[str]] = Field(
+        [], max_length=MAX_RESTARTS,
+        description="each a list of --set overrides (section.key=value): per seed, one more warm start and RL run "
+        "with them on top of the config; of these runs and the config's own, the one whose chosen step scores best "
+        "on the validation split is the one tested",
+    )
+
+    @field_validator("restarts")
+    @classmethod
+    def _overrides(cls, restarts: list[list[str]]) -> list[list[str]]:
+        """Each restart's overrides parse as --set does, and leave the per-seed keys to the seeds command."""
+        for overrides in restarts:
+            try:
+                parse_overrides(overrides)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+            for item in overrides:
+                key = item.partition("=")[0].strip()
+                if any(key == name or key.startswith(f"{name}.") for name in SET_PER_SEED):
+                    raise ValueError(f"a restart may not set '{_clip(key)}': `r1trade seeds` sets it per seed")
+        return restarts
+
+
 class Config(Section):
     """A whole run."""
 
@@ -736,6 +768,7 @@ class Config(Section):
     train: TrainConfig = TrainConfig()
     warmstart: WarmstartConfig = WarmstartConfig()
     backtest: BacktestConfig = BacktestConfig()
+    seeds: SeedsConfig = SeedsConfig()
 
     @field_validator("name")
     @classmethod

@@ -12,8 +12,12 @@ of the config and its `--set` overrides:
   `train.updates` is in place. A run stopped after a checkpoint continues from its last one (`train
   --resume`); one stopped before its first checkpoint starts over;
 - `run/selected_step.json`: the step chosen on the validation split (`r1trade select-step`);
+- `restart-K/`: with restarts (`seeds.restarts` in the config), the K-th restart's `warmstart/` and `run/`, its
+  overrides on top of the config (its warm start borrowed from `OTHER/seed-S/restart-K/` with `warm_from`);
 - `test/`: the chosen step backtested on the test split beside the model RL started from (`backtest
-  --baseline base-model`: the warm start); finished once its `metrics.json` is there.
+  --baseline base-model`: the warm start); finished once its `metrics.json` is there. With restarts, only the
+  run whose chosen step scored best on validation is tested (the earliest of equals, the config's own first), and
+  `kept.json`, written after its report, names it.
 Each of those files is the last its stage writes, and is renamed into place whole (a checkpoint and a report
 are whole folders), so a command stopped at any point and run again skips what had finished and does the rest.
 A stage runs again when a stage before it ran. A stage folder that holds another config's work is refused
@@ -40,6 +44,7 @@ from r1trade.backtest.runner import run_backtest
 from r1trade.backtest.step_selection import (
     DEFAULT_METRIC,
     StepSelection,
+    best_step,
     check_selectable,
     read_selection,
     select_step,
@@ -57,6 +62,8 @@ from r1trade.warmstart import warmstart
 SUMMARY_FILE = "seeds.json"
 MAX_SEEDS = 100
 WARMSTART_DIR, RUN_DIR, TEST_DIR = "warmstart", "run", "test"
+KEPT_FILE = "kept.json"
+"""With restarts, which candidate's run the seed's test report is of; written after that report."""
 WARMSTART_LOG = "warmstart.json"
 """What `warmstart` writes last, once the model is saved."""
 WARM_START_UNREAD: dict[str, Any] = {
@@ -77,17 +84,22 @@ mandate's rows are there only under `env.mandate: vol_target`."""
 
 @dataclass(frozen=True)
 class SeedResult:
-    """One seed's chosen step and its held-out figures (None where the report has no such row)."""
+    """One seed's chosen step and its held-out figures (None where the report has no such row); `validation`:
+    each candidate's figure at its chosen step (the config's own run first, then each restart's), and `kept`:
+    the candidate tested."""
 
     seed: int
     step: int
     checkpoint: Path
     report: Path
     figures: dict[str, float | None]
+    validation: tuple[float | None, ...] = ()
+    kept: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "step": self.step, "checkpoint": str(self.checkpoint),
-                "report": str(self.report), "figures": self.figures}
+                "report": str(self.report), "figures": self.figures, "kept": self.kept,
+                "validation": list(self.validation)}
 
 
 @dataclass(frozen=True)
@@ -150,24 +162,24 @@ def run_seeds(
     warm = wants_warmstart(base, warm)
     if warm_from is not None and not warm:
         raise UsageError("--warmstart-from needs a warm start: drop --no-warmstart, or give the config a warmstart")
+    recipe = Recipe(config, tuple(overrides), tuple(candidates(base)), warm=warm, metric=metric, every=every)
     out_dir = out_dir or default_out_dir(base)
-    for seed in seeds:  # every seed's config is valid, and every borrowed warm start fits, before anything runs
-        trained = seed_config(config, overrides, seed)
-        if warm_from is not None:
-            borrowed_warm_start(warm_from / f"seed-{seed}" / WARMSTART_DIR, trained)
+    for seed in seeds:  # every config is valid, and every borrowed warm start fits, before anything runs
+        for candidate in range(len(recipe.candidates)):
+            trained = recipe.stage_config(seed, candidate)
+            if warm_from is not None:
+                borrowed_warm_start(_warm_dir(warm_from / f"seed-{seed}", candidate), trained)
     results = []
     with locked_run_folder(out_dir):
         for number, seed in enumerate(seeds, start=1):
             console.print(f"[bold]seed {seed}[/bold] ({number} of {len(seeds)})")
-            folder = out_dir / f"seed-{seed}"
-            results.append(_run_seed(config, overrides, seed, folder, warm=warm, metric=metric, every=every,
-                                     warm_from=warm_from, console=console))
-        earlier = recipe_seeds_elsewhere(config, overrides, out_dir, skip=set(seeds), warm=warm, metric=metric,
-                                         every=every, console=console)
+            results.append(_run_seed(recipe, seed, out_dir / f"seed-{seed}", warm_from=warm_from, console=console))
+        earlier = recipe_seeds_elsewhere(recipe, out_dir, skip=set(seeds), console=console)
         summarised = sorted(results + earlier, key=lambda result: result.seed)
         spreads = spread_by_figure({r.seed: r.figures for r in summarised}, FIGURES, lower_is_better=LOWER_IS_BETTER)
         summary = {
-            "config": config, "overrides": list(overrides), "warmstart": warm, "chosen_on": "validation",
+            "config": config, "overrides": list(overrides), "warmstart": warm,
+            "restarts": [list(restart) for restart in recipe.candidates[1:]], "chosen_on": "validation",
             "metric": metric, "tested_on": "test", "seeds": [r.to_dict() for r in summarised],
             "summary": {name: spread and spread.to_dict() for name, spread in spreads.items()},
         }
@@ -175,20 +187,59 @@ def run_seeds(
     return SeedsOutcome(out_dir, results, summarised, spreads, file)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What every seed of one `r1trade seeds` command runs: the config and its overrides, the candidates (the
+    config as written, then each restart's overrides), whether to warm-start, and how the step is chosen."""
+
+    config: str
+    overrides: tuple[str, ...]
+    candidates: tuple[list[str], ...]
+    warm: bool
+    metric: str
+    every: int
+
+    def stage_config(self, seed: int, candidate: int, *more: str) -> Config:
+        """The config of seed `seed`'s stages for `candidate`: the overrides, the candidate's, no restarts of
+        its own (a run is one candidate), then the seed, then `more`."""
+        return load_config(self.config, [*self.overrides, *self.candidates[candidate], "seeds.restarts=[]",
+                                         f"seed={seed}", f"model.tiny_seed={seed}", *more])
+
+
+def candidates(config: Config) -> list[list[str]]:
+    """The runs each seed makes: the config as written (no overrides of its own), then each restart's."""
+    return [[], *config.seeds.restarts]
+
+
+def candidate_folder(folder: Path, candidate: int) -> Path:
+    """Where a seed's candidate runs: the seed's folder for the config as written, `restart-K/` for restart K."""
+    return folder if candidate == 0 else folder / f"restart-{candidate}"
+
+
+def kept_candidate(values: Sequence[float], metric: str) -> int:
+    """The candidate whose chosen step scored best on validation, the earliest of equals (`best_step`).
+
+    >>> kept_candidate([52.4, 73.6], "Direction Accuracy [%]")
+    1
+    >>> kept_candidate([73.6, 73.6], "Direction Accuracy [%]")
+    0
+    """
+    return best_step(dict(enumerate(values)), lower_is_better=metric in LOWER_IS_BETTER)
+
+
 def recipe_seeds_elsewhere(
-    config: str, overrides: Sequence[str], out_dir: Path, *, skip: set[int], warm: bool, metric: str, every: int,
-    console: Console,
+    recipe: Recipe, out_dir: Path, *, skip: set[int], console: Console
 ) -> list[SeedResult]:
-    """The finished seeds in `out_dir` outside `skip` that ran this recipe: their run's config is the one this
-    command gives that seed (with a warm start, from whichever warm start it started), their step was chosen as
-    this command chooses, and their test report is in place. Each other seed folder is named and left out."""
+    """The finished seeds in `out_dir` outside `skip` that ran this recipe: every candidate's run config is the
+    one this command gives it (with a warm start, from whichever warm start it started), its step was chosen as
+    this command chooses, and the test report of the one kept is in place. Each other seed folder is named and
+    left out."""
     found = []
     named = (re.fullmatch(r"seed-(0|[1-9]\d{0,9})", path.name) for path in out_dir.glob("seed-*"))
     for seed in sorted(int(match[1]) for match in named if match):
         if seed in skip:
             continue
-        result = _finished_recipe_seed(config, overrides, seed, out_dir / f"seed-{seed}", warm=warm,
-                                       metric=metric, every=every)
+        result = _finished_recipe_seed(recipe, seed, out_dir / f"seed-{seed}")
         if isinstance(result, str):
             _say(console, seed, f"left out of {SUMMARY_FILE}: {result}")
         else:
@@ -196,31 +247,30 @@ def recipe_seeds_elsewhere(
     return found
 
 
-def _finished_recipe_seed(
-    config: str, overrides: Sequence[str], seed: int, folder: Path, *, warm: bool, metric: str, every: int
-) -> SeedResult | str:
+def _finished_recipe_seed(recipe: Recipe, seed: int, folder: Path) -> SeedResult | str:
     """Seed `seed`'s result in `folder` when it ran this recipe and finished every stage; otherwise why not."""
-    run_dir, report = folder / RUN_DIR, folder / TEST_DIR
-    if not (run_dir / "config.yaml").is_file():
-        return "no run"
+    report = folder / TEST_DIR
+    selections = []
     try:
-        saved = load_config(run_dir / "config.yaml", [])
-        started = [f"model.name_or_path={json.dumps(saved.model.name_or_path)}"] if warm else []
-        if saved.model_dump() != seed_config(config, overrides, seed, *started).model_dump():
-            return "it ran another config"
-        selection = read_selection(run_dir)
-        if selection is None or not _still_chosen(selection, run_dir, metric=metric, every=every) \
-                or not (report / "metrics.json").is_file():
+        for candidate in range(len(recipe.candidates)):
+            run_dir = candidate_folder(folder, candidate) / RUN_DIR
+            if not (run_dir / "config.yaml").is_file():
+                return "no run"
+            saved = load_config(run_dir / "config.yaml", [])
+            started = [f"model.name_or_path={json.dumps(saved.model.name_or_path)}"] if recipe.warm else []
+            if saved.model_dump() != recipe.stage_config(seed, candidate, *started).model_dump():
+                return "it ran another config"
+            selection = read_selection(run_dir)
+            if selection is None or not _still_chosen(selection, run_dir, metric=recipe.metric, every=recipe.every):
+                return "not finished (run this seed to finish it)"
+            selections.append(selection)
+        kept = kept_candidate([s.figures[s.step] for s in selections], recipe.metric)
+        if not _tested(report, selections[kept], restarts=len(selections) > 1):
             return "not finished (run this seed to finish it)"
         figures = seed_figures(read_json_object(report / "metrics.json"))
     except R1TradeError as error:  # a damaged file of that seed leaves it out, not this call's summary
         return str(error)
-    return SeedResult(seed, selection.step, selection.checkpoint, report, figures)
-
-
-def seed_config(config: str, overrides: Sequence[str], seed: int, *more: str) -> Config:
-    """The config of seed `seed`'s stages: `overrides`, then the seed, then `more`."""
-    return load_config(config, [*overrides, f"seed={seed}", f"model.tiny_seed={seed}", *more])
+    return _result(seed, selections, kept, report, figures)
 
 
 def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
@@ -240,19 +290,60 @@ def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
     return warm_dir / "model"
 
 
+def _warm_dir(seed_folder: Path, candidate: int) -> Path:
+    return candidate_folder(seed_folder, candidate) / WARMSTART_DIR
+
+
 def _run_seed(
-    config: str, overrides: Sequence[str], seed: int, folder: Path, *, warm: bool, metric: str, every: int,
-    warm_from: Path | None, console: Console,
+    recipe: Recipe, seed: int, folder: Path, *, warm_from: Path | None, console: Console
 ) -> SeedResult:
-    """One seed's stages, each skipped when its last file is there and no stage before it ran."""
+    """One seed's candidates, then the test of the one kept; each stage skipped when its last file is there and
+    no stage before it ran."""
     ran = False
-    trained = seed_config(config, overrides, seed)
-    if warm and warm_from is not None:
-        borrowed = borrowed_warm_start(warm_from / f"seed-{seed}" / WARMSTART_DIR, trained)
+    selections = []
+    for candidate in range(len(recipe.candidates)):
+        if len(recipe.candidates) > 1:
+            _say(console, seed, "the config as written" if candidate == 0 else
+                 f"restart {candidate}: {' '.join(recipe.candidates[candidate])}")
+        selection, candidate_ran = _run_candidate(recipe, seed, candidate, folder, warm_from=warm_from,
+                                                  console=console)
+        selections.append(selection)
+        ran = ran or candidate_ran
+    restarts = len(selections) > 1
+    kept = kept_candidate([s.figures[s.step] for s in selections], recipe.metric)
+    if restarts:
+        where = "the config as written" if kept == 0 else f"restart {kept}"
+        _say(console, seed, f"kept {where}: step-{selections[kept].step} scored best on validation")
+
+    report = folder / TEST_DIR
+    if ran or not _tested(report, selections[kept], restarts=restarts):
+        _say(console, seed, f"backtesting step-{selections[kept].step} on the test split")
+        tested = load_config(selections[kept].run_dir / "config.yaml", ["backtest.split=test"])
+        run_backtest(tested, checkpoint=selections[kept].checkpoint, base_model=True, out_dir=report, force=True)
+        if restarts:
+            noted = {"candidate": kept, "run": str(selections[kept].run_dir), "step": selections[kept].step,
+                     "checkpoint": str(selections[kept].checkpoint),
+                     "validation": [_number(s.figures[s.step]) for s in selections]}
+            write_file(folder / KEPT_FILE, json.dumps(noted, indent=1) + "\n")
+    else:
+        _say(console, seed, f"test backtest finished ({report}), skipped")
+    figures = seed_figures(read_json_object(report / "metrics.json"))
+    return _result(seed, selections, kept, report, figures)
+
+
+def _run_candidate(
+    recipe: Recipe, seed: int, candidate: int, folder: Path, *, warm_from: Path | None, console: Console
+) -> tuple[StepSelection, bool]:
+    """One candidate's warm start, RL and step chosen on validation; and whether any of them ran."""
+    ran = False
+    home = candidate_folder(folder, candidate)
+    trained = recipe.stage_config(seed, candidate)
+    if recipe.warm and warm_from is not None:
+        borrowed = borrowed_warm_start(_warm_dir(warm_from / f"seed-{seed}", candidate), trained)
         _say(console, seed, f"starting from the warm start in {borrowed}")
-        trained = seed_config(config, overrides, seed, f"model.name_or_path={json.dumps(str(borrowed))}")
-    elif warm:
-        warm_dir = folder / WARMSTART_DIR
+        trained = recipe.stage_config(seed, candidate, f"model.name_or_path={json.dumps(str(borrowed))}")
+    elif recipe.warm:
+        warm_dir = home / WARMSTART_DIR
         _refuse_other_config(warm_dir, trained)
         if (warm_dir / WARMSTART_LOG).is_file():
             _say(console, seed, f"warm start finished ({warm_dir / 'model'}), skipped")
@@ -260,9 +351,9 @@ def _run_seed(
             _warm_start(trained, warm_dir, console)
             ran = True
         model = json.dumps(str(warm_dir / "model"))  # a JSON string stays a string in YAML
-        trained = seed_config(config, overrides, seed, f"model.name_or_path={model}")
+        trained = recipe.stage_config(seed, candidate, f"model.name_or_path={model}")
 
-    run_dir = folder / RUN_DIR
+    run_dir = home / RUN_DIR
     _refuse_other_config(run_dir, trained)
     done = max((step for step, _ in list_checkpoints(run_dir)), default=0)
     if ran or done < trained.train.updates:
@@ -274,25 +365,34 @@ def _run_seed(
         _say(console, seed, f"training finished (step-{done}), skipped")
 
     selection = read_selection(run_dir)
-    if ran or not _still_chosen(selection, run_dir, metric=metric, every=every):
-        _say(console, seed, f"choosing the step by {metric} on the validation split")
+    if ran or selection is None or not _still_chosen(selection, run_dir, metric=recipe.metric, every=recipe.every):
+        _say(console, seed, f"choosing the step by {recipe.metric} on the validation split")
         selection = select_step(
-            run_dir, split="validation", metric=metric, every=every,
-            on_step=lambda step, value: _say(console, seed, f"  step {step}: {metric} {value:.2f}"),
+            run_dir, split="validation", metric=recipe.metric, every=recipe.every,
+            on_step=lambda step, value: _say(console, seed, f"  step {step}: {recipe.metric} {value:.2f}"),
         )
         ran = True
     else:
-        _say(console, seed, f"step-{selection.step} already chosen by {metric} on validation, skipped")
+        _say(console, seed, f"step-{selection.step} already chosen by {recipe.metric} on validation, skipped")
+    return selection, ran
 
-    report = folder / TEST_DIR
-    if ran or not (report / "metrics.json").is_file():
-        _say(console, seed, f"backtesting step-{selection.step} on the test split")
-        tested = load_config(run_dir / "config.yaml", ["backtest.split=test"])
-        run_backtest(tested, checkpoint=selection.checkpoint, base_model=True, out_dir=report, force=True)
-    else:
-        _say(console, seed, f"test backtest finished ({report}), skipped")
-    figures = seed_figures(read_json_object(report / "metrics.json"))
-    return SeedResult(seed, selection.step, selection.checkpoint, report, figures)
+
+def _tested(report: Path, kept: StepSelection, *, restarts: bool) -> bool:
+    """Whether the test report is in place, and with restarts, of the kept run's chosen step (`KEPT_FILE`)."""
+    if not (report / "metrics.json").is_file():
+        return False
+    if not restarts:
+        return True
+    noted = report.parent / KEPT_FILE
+    return noted.is_file() and read_json_object(noted).get("checkpoint") == str(kept.checkpoint)
+
+
+def _result(
+    seed: int, selections: Sequence[StepSelection], kept: int, report: Path, figures: dict[str, float | None]
+) -> SeedResult:
+    validation = tuple(_number(s.figures[s.step]) for s in selections)
+    chosen = selections[kept]
+    return SeedResult(seed, chosen.step, chosen.checkpoint, report, figures, validation, kept)
 
 
 def seed_figures(document: dict[str, Any]) -> dict[str, float | None]:
@@ -356,7 +456,9 @@ def ladder_model(config: Config, *, warm: bool) -> str:
     lora = config.model.lora
     text = config.model.name_or_path + (f" + LoRA r{lora.r}" if lora.enabled else " (full fine-tuning)")
     settings = config.warmstart
-    return text + (f", {settings.policy} warm start ({settings.max_steps} steps)" if warm else "")
+    text += f", {settings.policy} warm start ({settings.max_steps} steps)" if warm else ""
+    runs = len(candidates(config))
+    return text + (f"; of {runs} runs a seed (restarts), the one best on validation" if runs > 1 else "")
 
 
 def add_ladder_records(
