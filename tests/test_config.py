@@ -124,7 +124,8 @@ def test_the_demo_is_the_information_rungs_recipe_as_written() -> None:
 
 def test_smollm2s_information_rung_is_the_same_recipe_with_what_a_pretrained_model_needs() -> None:
     """tool_gated.yaml is tool_gated_tiny.yaml on SmolLM2 with LoRA: only the model, the learning rate, the budget,
-    the micro-batches, the checkpoints and the warm start's size differ, and nothing changes mid-run."""
+    the micro-batches, the checkpoints, the warm start's size and the restarts (none: a SmolLM2 run costs hours)
+    differ, and nothing changes mid-run."""
     small, large = load_config("tool_gated_tiny"), load_config("tool_gated")
     assert large.model.name_or_path == "smollm2-135m-instruct" and large.model.lora.enabled
     train = {"learning_rate": 3e-4, "updates": 60, "micro_batch_size": 6, "checkpoint_every": 10}
@@ -132,7 +133,7 @@ def test_smollm2s_information_rung_is_the_same_recipe_with_what_a_pretrained_mod
                                                       "gradient_accumulation", "learning_rate")}
     assert {k: getattr(large.train, k) for k in train} == train
     assert large.model_copy(update={
-        "name": small.name, "model": small.model,
+        "name": small.name, "model": small.model, "seeds": small.seeds,
         "train": large.train.model_copy(update={k: getattr(small.train, k) for k in train}),
         "warmstart": large.warmstart.model_copy(update={k: getattr(small.warmstart, k) for k in warm}),
     }) == small

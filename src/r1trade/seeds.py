@@ -114,6 +114,30 @@ class SeedsOutcome:
     file: Path
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What every seed of one `r1trade seeds` command runs: the config and its overrides, the candidates (the
+    config as written, then each restart's overrides), whether to warm-start, and how the step is chosen."""
+
+    config: str
+    overrides: tuple[str, ...]
+    candidates: tuple[list[str], ...]
+    warm: bool
+    metric: str
+    every: int
+
+    def stage_config(self, seed: int, candidate: int, *more: str) -> Config:
+        """The config of seed `seed`'s stages for `candidate`: the overrides, the candidate's, no restarts of
+        its own (a run is one candidate), then the seed, then `more`."""
+        return load_config(self.config, [*self.overrides, *self.candidates[candidate], "seeds.restarts=[]",
+                                         f"seed={seed}", f"model.tiny_seed={seed}", *more])
+
+
+def candidates(config: Config) -> list[list[str]]:
+    """The runs each seed makes: the config as written (no overrides of its own), then each restart's."""
+    return [[], *config.seeds.restarts]
+
+
 def parse_seeds(text: str) -> list[int]:
     """`0-4` (a range, both ends included), `0,2,5` (a list) or `3`, as distinct seeds in the order given."""
     seeds: list[int] = []
@@ -185,30 +209,6 @@ def run_seeds(
         }
         file = write_file(out_dir / SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
     return SeedsOutcome(out_dir, results, summarised, spreads, file)
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """What every seed of one `r1trade seeds` command runs: the config and its overrides, the candidates (the
-    config as written, then each restart's overrides), whether to warm-start, and how the step is chosen."""
-
-    config: str
-    overrides: tuple[str, ...]
-    candidates: tuple[list[str], ...]
-    warm: bool
-    metric: str
-    every: int
-
-    def stage_config(self, seed: int, candidate: int, *more: str) -> Config:
-        """The config of seed `seed`'s stages for `candidate`: the overrides, the candidate's, no restarts of
-        its own (a run is one candidate), then the seed, then `more`."""
-        return load_config(self.config, [*self.overrides, *self.candidates[candidate], "seeds.restarts=[]",
-                                         f"seed={seed}", f"model.tiny_seed={seed}", *more])
-
-
-def candidates(config: Config) -> list[list[str]]:
-    """The runs each seed makes: the config as written (no overrides of its own), then each restart's."""
-    return [[], *config.seeds.restarts]
 
 
 def candidate_folder(folder: Path, candidate: int) -> Path:
