@@ -140,6 +140,25 @@ def test_every_baseline_decides_at_the_decision_bars_with_its_sizes(context) -> 
     assert twin.ci95["Mandate Penalty − best_constant"] == (0.0, 0.0)  # paired on the same decisions
 
 
+def test_spa_against_vol_target_is_on_the_decisions_misses(context) -> None:
+    """The mandate's SPA and StepM judge every run against vol_target on each decision's miss: a run holding, at
+    every decision, the size that misses least once the interval's volatility is known (look-ahead, so never a
+    strategy) is better or as good at every decision, and StepM names it; buy-and-hold, which misses more on
+    this sample, is not named; a twin of vol_target is tied and left out."""
+    runs = {name: run_baseline(name, context) for name in ("vol_target", "buy_and_hold")}
+    sigmas = decision_sigmas(context)
+    misses = np.array([[((w * s - 0.4) / 0.4) ** 2 for w in SIZES] for s in sigmas])  # (D, sizes)
+    hindsight = np.asarray(SIZES)[misses.argmin(axis=1)]
+    runs["hindsight"] = replace(runs["vol_target"], name="hindsight", exposures=hindsight)
+    runs["twin"] = replace(runs["vol_target"], name="twin")
+    scored = {run.name: run for run in with_mandate(list(runs.values()), sigmas, context)}
+    test = scored["vol_target"].superiority
+    assert test is not None and test.loss == mandate.PENALTY_LOSS and test.benchmark == "vol_target"
+    assert test.candidates == ("buy_and_hold", "hindsight", "twin") and test.tied == ("twin",)
+    assert test.superior == ("hindsight",) and test.pvalue < 0.05
+    assert all(scored[name].superiority is None for name in ("buy_and_hold", "hindsight", "twin"))
+
+
 def test_mandate_baselines_need_the_mandate(capsys) -> None:
     code = main(["backtest", "--config", "smoke", "--strategy", "best_constant"])
     err = capsys.readouterr().err
@@ -205,6 +224,9 @@ def test_warm_start_train_then_backtest_the_rung_through_the_cli(tmp_path: Path)
         assert pooled["Mandate Penalty"] == pytest.approx(sum(folds) / 2), name
         assert {"Mandate Penalty", "Realised Volatility [%]"} <= set(pooled["ci95"])
     assert "Mandate Penalty − best_constant" in document["strategies"]["agent (step-1)"]["ci95"]
+    assert document["spa"]["vol_target"]["losses"] == mandate.PENALTY_LOSS  # the mandate's own question
+    assert document["spa"]["buy_and_hold"]["losses"] == "minus each decision's excess return"
+    assert "SPA against vol_target over 5 runs, on each decision's mandate miss" in tested.stdout
     chosen = document["folds"][0]["notes"]["best_constant"]
     assert chosen.startswith("holds ") and "the train split" in chosen
     assert "| Mandate Penalty |" in (out / "metrics.md").read_text()

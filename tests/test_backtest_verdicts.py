@@ -11,7 +11,7 @@ from conftest import make_synthetic_candles
 from r1trade.backtest.report import ReportContext, write_report
 from r1trade.backtest.runner import run_baseline
 from r1trade.backtest.significance import probabilistic_sharpe
-from r1trade.backtest.superiority import superiority_test
+from r1trade.backtest.superiority import superiority_on_losses, superiority_test
 from r1trade.backtest.uncertainty import run_sample, with_uncertainty
 from r1trade.backtest.verdicts import count_trials, decision_returns
 from r1trade.cli import main
@@ -50,6 +50,17 @@ def test_runs_no_better_than_the_benchmark_are_not_significant() -> None:
     # only a tie: nothing can beat the benchmark
     tied = superiority_test({"a": returns["buy_and_hold"], "b": returns["buy_and_hold"]}, "a", **FAST)
     assert tied.pvalue == 1.0 and tied.tied == ("b",) and tied.superior == ()
+
+
+def test_losses_are_judged_as_given_lower_being_better() -> None:
+    # the same series as losses: "low" loses 0.01 less than the benchmark at every decision, so it is better
+    # with p = 0, where as returns it would trail; the test carries what its losses are
+    rng = np.random.default_rng(0)
+    benchmark = rng.normal(0.5, 0.1, 100)
+    test = superiority_on_losses({"rule": benchmark, "low": benchmark - 0.01, "high": benchmark + 0.01}, "rule",
+                                 loss="a miss", **FAST)
+    assert test.superior == ("low",) and test.pvalue == 0.0 and test.loss == "a miss"
+    assert superiority_test({"rule": benchmark, "low": benchmark - 0.01}, "rule", **FAST).superior == ()
 
 
 def test_spa_needs_a_candidate_and_three_decisions() -> None:

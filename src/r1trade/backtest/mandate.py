@@ -16,6 +16,10 @@ Their 95 % intervals come from the stationary block bootstrap over decisions of 
 same seed and so the same resampled decisions (`r1trade.backtest.bootstrap`); each run's penalty minus
 best_constant's (`REFERENCE`) is paired on them. A run averaged over seeds has one row of sizes per seed: its
 misses and delivered variances are averaged over the seeds at each decision.
+
+Does any run meet the mandate better than the `vol_target` rule, once every run compared is counted? SPA and
+StepM (`r1trade.backtest.superiority`) answer it on the decisions' misses, on the same bootstrap settings; the
+test is the `vol_target` run's `superiority`.
 """
 
 from __future__ import annotations
@@ -35,12 +39,16 @@ from r1trade.backtest.report import (
     ReportContext,
     StrategyRun,
 )
+from r1trade.backtest.superiority import superiority_on_losses
 from r1trade.config import Config
 from r1trade.env.rewards import vol_target_miss
 from r1trade.env.volatility import interval_volatility
 
 REFERENCE = "best_constant"
 """The run every other run's penalty is compared with: the constant size chosen on the train split."""
+MANDATE_BENCHMARK = "vol_target"
+"""The rule the SPA and StepM tests of the mandate judge every other run against."""
+PENALTY_LOSS = "each decision's mandate miss ((w σ − σ*) / σ*)²"
 
 
 def is_mandate(config: Config) -> bool:
@@ -115,6 +123,12 @@ def with_mandate(
         mix = exposure_mix(run.exposures, context.config.env.exposures)
         updated.append(replace(run, metrics={**run.metrics, **rows}, ci95={**run.ci95, **intervals},
                                extra={**run.extra, **mix}))
+    if MANDATE_BENCHMARK in scored and len(scored) > 1 and len(sigmas) >= 3:
+        test = superiority_on_losses(
+            {name: penalty for name, (penalty, _) in scored.items()}, MANDATE_BENCHMARK, loss=PENALTY_LOSS,
+            block=settings.bootstrap_block, resamples=settings.bootstrap_resamples, seed=context.config.seed,
+        )
+        updated = [replace(run, superiority=test) if run.name == MANDATE_BENCHMARK else run for run in updated]
     return updated
 
 

@@ -53,7 +53,7 @@ from rich.table import Table
 from r1trade import __version__
 from r1trade.backtest.metrics import annualisation_note, drawdown, too_short_to_annualise
 from r1trade.backtest.significance import DeflatedSharpe, MinTrackRecord, ProbabilisticSharpe
-from r1trade.backtest.superiority import SuperiorityTest
+from r1trade.backtest.superiority import RETURN_LOSS, SuperiorityTest
 from r1trade.config import Config
 from r1trade.data.source import describe_source
 from r1trade.data.splits import Splits
@@ -382,10 +382,11 @@ def superiority_lines(runs: Sequence[StrategyRun]) -> list[str]:
         level = f"{100 * (1 - test.size):g} %"
         found = "the best of them beats it" if test.pvalue < test.size else "none is shown to beat it"
         better = ", ".join(test.superior) or "none"
-        tied = f" ({', '.join(test.tied)}: the benchmark's returns, left out)" if test.tied else ""
+        tied = f" ({', '.join(test.tied)}: the benchmark's losses, left out)" if test.tied else ""
         count = f"{len(test.candidates)} run{'s' if len(test.candidates) > 1 else ''}"
+        on = "" if test.loss == RETURN_LOSS else f", on {test.loss}"
         lines.append(
-            f"SPA against {test.benchmark} over {count}{tied}: p = {test.pvalue:.3f}, {found} at {level} "
+            f"SPA against {test.benchmark} over {count}{tied}{on}: p = {test.pvalue:.3f}, {found} at {level} "
             f"once all are counted; StepM finds better: {better}."
         )
     return lines
@@ -411,6 +412,9 @@ def verdicts_note(runs: Sequence[StrategyRun], context: ReportContext) -> str:
         f"{context.config.seed}; SPA's p-value accounts for the best run having been picked after the fact, "
         f"StepM names the runs better than the benchmark at {size} family-wise error."
     )
+    other = sorted({f"against {test.benchmark}, {test.loss}" for test in tests if test.loss != RETURN_LOSS})
+    if other:
+        text += f" Losses otherwise: {'; '.join(other)}."
     deflated = [run.deflated_sharpe for run in runs if run.deflated_sharpe is not None]
     if deflated:
         source = f": {deflated[0].trials_source}" if deflated[0].trials_source else ""
@@ -586,7 +590,7 @@ def spa_document(runs: Sequence[StrategyRun]) -> dict[str, Any]:
             "mean_block_decisions": test.block,
             "resamples": test.resamples,
             "seed": test.seed,
-            "losses": "minus each decision's excess return",
+            "losses": test.loss,
         }
         for test in (run.superiority for run in runs if run.superiority is not None)
     }
