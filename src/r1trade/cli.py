@@ -930,11 +930,11 @@ def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
                REALISED_VOLATILITY: "volatility [%]"}
     shown = [f for f in FIGURES if any(result.figures.get(f) is not None for result in outcome.summarised)]
 
-    def cell(value: float | None, figure: str) -> str:
+    def cell(value: float | None, figure: str, *, signed: bool = True) -> str:
         if value is None:
             return "—"
-        return f"{value:+.1f}" if figure in (GAIN, RETURN) else f"{value:.3f}" if figure == MANDATE_PENALTY \
-            else f"{value:.1f}"
+        return f"{value:+.1f}" if signed and figure in (GAIN, RETURN) else f"{value:.3f}" \
+            if figure == MANDATE_PENALTY else f"{value:.1f}"
 
     caption = "accuracy: direction accuracy; gain: its points over the model RL started from (the warm start)"
     if MANDATE_PENALTY in shown:
@@ -958,7 +958,8 @@ def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
     table.add_section()
     for label, field in (("mean", "mean"), ("sd", "sd"), ("worst", "worst"), ("IQM", "iqm")):
         values = [None if spread is None else getattr(spread, field) for spread in spreads]
-        table.add_row(label, *blank, "", *(cell(v, figure) for v, figure in zip(values, shown, strict=True)))
+        table.add_row(label, *blank, "", *(cell(v, figure, signed=field != "sd")
+                                           for v, figure in zip(values, shown, strict=True)))
     table.add_row("worst seed", *blank, "", *("—" if s is None else str(s.worst_seed) for s in spreads))
     return table
 
