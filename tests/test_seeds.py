@@ -452,3 +452,8 @@ def test_a_restart_runs_beside_the_config_and_only_the_run_best_on_validation_is
     assert main(with_restart) == 0  # finished: nothing runs
     assert "test backtest finished" in capsys.readouterr().out
     assert mtimes(seed_0) == finished
+
+    (seed_0 / "kept.json").write_text("{not json")  # a damaged note: the kept run is tested again
+    assert main(with_restart) == 0
+    assert "backtesting step-" in capsys.readouterr().out
+    assert json.loads((seed_0 / "kept.json").read_text())["candidate"] == kept

@@ -384,7 +384,10 @@ def _tested(report: Path, kept: StepSelection, *, restarts: bool) -> bool:
     if not restarts:
         return True
     noted = report.parent / KEPT_FILE
-    return noted.is_file() and read_json_object(noted).get("checkpoint") == str(kept.checkpoint)
+    try:
+        return noted.is_file() and read_json_object(noted).get("checkpoint") == str(kept.checkpoint)
+    except R1TradeError:  # a damaged note is one to write again: the kept run is tested again
+        return False
 
 
 def _result(
