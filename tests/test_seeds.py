@@ -27,6 +27,7 @@ from r1trade.seeds import (
     kept_candidate,
     parse_seeds,
     seed_figures,
+    wants_another_run,
     wants_warmstart,
 )
 
@@ -406,9 +407,11 @@ def test_a_restart_runs_beside_the_config_and_only_the_run_best_on_validation_is
 ) -> None:
     out = tmp_path / "restarts"
     command = ["seeds", "--config", "smoke", "--seeds", "0", "--out", str(out), *settings(*TINY)]
-    assert main(command) == 0  # first without restarts: the config's own run, tested
+    assert main(command) == 0  # first without restarts: the config's own run, tested, and kept.json says so
     seed_0 = out / "seed-0"
     first = mtimes(seed_0 / "run")
+    alone = json.loads((seed_0 / "kept.json").read_text())
+    assert (alone["candidate"], alone["run"], len(alone["validation"])) == (0, str(seed_0 / "run"), 1)
 
     # Then with a restart (another learning rate). Its test is stopped (Ctrl-C) once both runs chose their steps,
     # so the test report in place is still the one of the config's own run.
@@ -425,10 +428,10 @@ def test_a_restart_runs_beside_the_config_and_only_the_run_best_on_validation_is
     assert mtimes(seed_0 / "run") == first  # the config's own run is the same config: kept, not rerun
     rerun = load_config(seed_0 / "restart-1" / "run" / "config.yaml")
     assert rerun.train.learning_rate == 0.01 and rerun.seeds.restarts == [] and rerun.seed == 0
-    assert not (seed_0 / "kept.json").exists()
+    assert json.loads((seed_0 / "kept.json").read_text()) == alone  # the stopped test wrote no note
 
     capsys.readouterr()
-    assert main(with_restart) == 0  # again: both runs skipped, the kept one tested
+    assert main(with_restart) == 0  # again: both runs skipped, the kept one tested (the note was of one run)
     shown = capsys.readouterr().out
     assert shown.count("training finished (step-2), skipped") == 2 and "backtesting step-" in shown
     chosen = [json.loads((run / "selected_step.json").read_text()) for run in (seed_0 / "run",
@@ -457,3 +460,48 @@ def test_a_restart_runs_beside_the_config_and_only_the_run_best_on_validation_is
     assert main(with_restart) == 0
     assert "backtesting step-" in capsys.readouterr().out
     assert json.loads((seed_0 / "kept.json").read_text())["candidate"] == kept
+
+    assert main(command) == 0  # the config alone again: its run is kept, the report of both runs' is not taken
+    assert "backtesting step-" in capsys.readouterr().out
+    assert json.loads((seed_0 / "kept.json").read_text())["validation"] == values[:1]
+
+
+def test_a_restart_runs_only_while_no_run_reached_restart_until_on_validation() -> None:
+    """Accuracies: 52.4 has not reached 60, 73.6 has; penalties (lower is better): 0.40 has not reached 0.35,
+    0.35 has. Without restart_until every restart runs; a run without a figure (NaN) has reached nothing."""
+    accuracy, penalty = "Direction Accuracy [%]", "Mandate Penalty"
+    assert wants_another_run([], 60.0, accuracy)
+    assert wants_another_run([52.4], 60.0, accuracy) and not wants_another_run([73.6], 60.0, accuracy)
+    assert wants_another_run([52.4, 50.5], 60.0, accuracy) and not wants_another_run([52.4, 60.0], 60.0, accuracy)
+    assert wants_another_run([0.40], 0.35, penalty) and not wants_another_run([0.35], 0.35, penalty)
+    assert wants_another_run([73.6], None, accuracy) and wants_another_run([None], 60.0, accuracy)
+
+
+def test_restart_until_skips_the_restart_of_a_run_that_reached_it_and_runs_it_for_one_that_did_not(
+    capsys, tmp_path: Path
+) -> None:
+    """The tiny smoke run scores 0 % on validation: restart_until 0 is reached, so the restart never runs;
+    restart_until 1 is not, so it runs, beside the config's run, which is kept rather than run again."""
+    out = tmp_path / "until"
+    restart = ["--set", "seeds.restarts=[[train.learning_rate=0.01]]"]
+    command = ["seeds", "--config", "smoke", "--seeds", "0", "--out", str(out), *settings(*TINY), *restart]
+    assert main([*command, "--set", "seeds.restart_until=0"]) == 0
+    seed_0 = out / "seed-0"
+    assert not (seed_0 / "restart-1").exists()
+    assert json.loads((seed_0 / "kept.json").read_text())["validation"] == [0.0]
+    summary = json.loads((out / "seeds.json").read_text())
+    assert (summary["restart_until"], summary["seeds"][0]["validation"]) == (0.0, [0.0])
+    first = mtimes(seed_0 / "run")
+    capsys.readouterr()
+
+    assert main([*command, "--set", "seeds.restart_until=1"]) == 0
+    assert "restart 1: train.learning_rate=0.01" in capsys.readouterr().out
+    assert mtimes(seed_0 / "run") == first
+    assert json.loads((seed_0 / "kept.json").read_text())["validation"] == [0.0, 0.0]
+    assert (seed_0 / "restart-1" / "run" / "selected_step.json").is_file()
+
+
+def test_restart_until_without_restarts_is_one_line(capsys, tmp_path: Path) -> None:
+    code = main(["seeds", "--config", "smoke", "--out", str(tmp_path / "none"), "--set", "seeds.restart_until=60"])
+    err = capsys.readouterr().err
+    assert code == 2 and "restart_until needs seeds.restarts" in err and one_line(err), err

@@ -737,6 +737,11 @@ class SeedsConfig(Section):
         "with them on top of the config; of these runs and the config's own, the one whose chosen step scores best "
         "on the validation split is the one tested",
     )
+    restart_until: float | None = Field(
+        None, description="run a seed's restarts, in order, only while none of its runs so far has scored this "
+        "on the validation split, in the figure its step is chosen by (`r1trade seeds --metric`; at most this "
+        "where lower is better); unset: every restart runs",
+    )
 
     @field_validator("restarts")
     @classmethod
@@ -752,6 +757,12 @@ class SeedsConfig(Section):
                 if any(key == name or key.startswith(f"{name}.") for name in SET_PER_SEED):
                     raise ValueError(f"a restart may not set '{_clip(key)}': `r1trade seeds` sets it per seed")
         return restarts
+
+    @model_validator(mode="after")
+    def _until_needs_restarts(self) -> SeedsConfig:
+        if self.restart_until is not None and not self.restarts:
+            raise ValueError("restart_until needs seeds.restarts: there is no restart to run or skip")
+        return self
 
 
 class Config(Section):

@@ -13,11 +13,13 @@ of the config and its `--set` overrides:
   --resume`); one stopped before its first checkpoint starts over;
 - `run/selected_step.json`: the step chosen on the validation split (`r1trade select-step`);
 - `restart-K/`: with restarts (`seeds.restarts` in the config), the K-th restart's `warmstart/` and `run/`, its
-  overrides on top of the config (its warm start borrowed from `OTHER/seed-S/restart-K/` with `warm_from`);
+  overrides on top of the config (its warm start borrowed from `OTHER/seed-S/restart-K/` with `warm_from`). With
+  `seeds.restart_until`, a restart runs only while none of the seed's runs before it reached that validation
+  score (`wants_another_run`);
 - `test/`: the chosen step backtested on the test split beside the model RL started from (`backtest
   --baseline base-model`: the warm start); finished once its `metrics.json` is there. With restarts, only the
-  run whose chosen step scored best on validation is tested (the earliest of equals, the config's own first), and
-  `kept.json`, written after its report, names it.
+  run whose chosen step scored best on validation is tested (the earliest of equals, the config's own first).
+  `kept.json`, written after the report, names the run and step tested.
 Each of those files is the last its stage writes, and is renamed into place whole (a checkpoint and a report
 are whole folders), so a command stopped at any point and run again skips what had finished and does the rest.
 A stage runs again when a stage before it ran. A stage folder that holds another config's work is refused
@@ -125,17 +127,39 @@ class Recipe:
     warm: bool
     metric: str
     every: int
+    until: float | None = None
 
     def stage_config(self, seed: int, candidate: int, *more: str) -> Config:
         """The config of seed `seed`'s stages for `candidate`: the overrides, the candidate's, no restarts of
         its own (a run is one candidate), then the seed, then `more`."""
         return load_config(self.config, [*self.overrides, *self.candidates[candidate], "seeds.restarts=[]",
-                                         f"seed={seed}", f"model.tiny_seed={seed}", *more])
+                                         "seeds.restart_until=null", f"seed={seed}", f"model.tiny_seed={seed}",
+                                         *more])
+
+    def wants_another_run(self, validation: Sequence[float | None]) -> bool:
+        """Whether a seed whose runs so far scored `validation` runs its next candidate (see the function)."""
+        return len(validation) < len(self.candidates) and wants_another_run(validation, self.until, self.metric)
 
 
 def candidates(config: Config) -> list[list[str]]:
     """The runs each seed makes: the config as written (no overrides of its own), then each restart's."""
     return [[], *config.seeds.restarts]
+
+
+def wants_another_run(validation: Sequence[float | None], until: float | None, metric: str) -> bool:
+    """Whether a seed whose runs so far chose steps scoring `validation` runs its next restart: always without
+    `until`; else only while none reached `until` (at least it, or at most it where lower is better). A run
+    that learned needs no restart, and one that did not is visible on validation, so the test split is not read.
+
+    >>> [wants_another_run([value], 60.0, "Direction Accuracy [%]") for value in (52.4, 73.6)]
+    [True, False]
+    >>> wants_another_run([0.40], 0.35, "Mandate Penalty"), wants_another_run([0.35], 0.35, "Mandate Penalty")
+    (True, False)
+    """
+    if until is None:
+        return True
+    lower = metric in LOWER_IS_BETTER
+    return not any(value is not None and (value <= until if lower else value >= until) for value in validation)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -186,13 +210,16 @@ def run_seeds(
     warm = wants_warmstart(base, warm)
     if warm_from is not None and not warm:
         raise UsageError("--warmstart-from needs a warm start: drop --no-warmstart, or give the config a warmstart")
-    recipe = Recipe(config, tuple(overrides), tuple(candidates(base)), warm=warm, metric=metric, every=every)
+    recipe = Recipe(config, tuple(overrides), tuple(candidates(base)), warm=warm, metric=metric, every=every,
+                    until=base.seeds.restart_until)
     out_dir = out_dir or default_out_dir(base)
     for seed in seeds:  # every config is valid, and every borrowed warm start fits, before anything runs
         for candidate in range(len(recipe.candidates)):
             trained = recipe.stage_config(seed, candidate)
-            if warm_from is not None:
-                borrowed_warm_start(_warm_dir(warm_from / f"seed-{seed}", candidate), trained)
+            borrowed = None if warm_from is None else _warm_dir(warm_from / f"seed-{seed}", candidate)
+            # a restart that runs only on a failed run may have no warm start to borrow: checked if it runs
+            if borrowed is not None and (candidate == 0 or recipe.until is None or borrowed.exists()):
+                borrowed_warm_start(borrowed, trained)
     results = []
     with locked_run_folder(out_dir):
         for number, seed in enumerate(seeds, start=1):
@@ -203,7 +230,8 @@ def run_seeds(
         spreads = spread_by_figure({r.seed: r.figures for r in summarised}, FIGURES, lower_is_better=LOWER_IS_BETTER)
         summary = {
             "config": config, "overrides": list(overrides), "warmstart": warm,
-            "restarts": [list(restart) for restart in recipe.candidates[1:]], "chosen_on": "validation",
+            "restarts": [list(restart) for restart in recipe.candidates[1:]], "restart_until": recipe.until,
+            "chosen_on": "validation",
             "metric": metric, "tested_on": "test", "seeds": [r.to_dict() for r in summarised],
             "summary": {name: spread and spread.to_dict() for name, spread in spreads.items()},
         }
@@ -250,22 +278,22 @@ def recipe_seeds_elsewhere(
 def _finished_recipe_seed(recipe: Recipe, seed: int, folder: Path) -> SeedResult | str:
     """Seed `seed`'s result in `folder` when it ran this recipe and finished every stage; otherwise why not."""
     report = folder / TEST_DIR
-    selections = []
+    selections: list[StepSelection] = []
     try:
-        for candidate in range(len(recipe.candidates)):
-            run_dir = candidate_folder(folder, candidate) / RUN_DIR
+        while recipe.wants_another_run([_number(s.figures[s.step]) for s in selections]):
+            run_dir = candidate_folder(folder, len(selections)) / RUN_DIR
             if not (run_dir / "config.yaml").is_file():
                 return "no run"
             saved = load_config(run_dir / "config.yaml", [])
             started = [f"model.name_or_path={json.dumps(saved.model.name_or_path)}"] if recipe.warm else []
-            if saved.model_dump() != recipe.stage_config(seed, candidate, *started).model_dump():
+            if saved.model_dump() != recipe.stage_config(seed, len(selections), *started).model_dump():
                 return "it ran another config"
             selection = read_selection(run_dir)
             if selection is None or not _still_chosen(selection, run_dir, metric=recipe.metric, every=recipe.every):
                 return "not finished (run this seed to finish it)"
             selections.append(selection)
         kept = kept_candidate([s.figures[s.step] for s in selections], recipe.metric)
-        if not _tested(report, selections[kept], restarts=len(selections) > 1):
+        if not _tested(report, _kept_note(selections, kept), restarts=len(recipe.candidates) > 1):
             return "not finished (run this seed to finish it)"
         figures = seed_figures(read_json_object(report / "metrics.json"))
     except R1TradeError as error:  # a damaged file of that seed leaves it out, not this call's summary
@@ -300,8 +328,9 @@ def _run_seed(
     """One seed's candidates, then the test of the one kept; each stage skipped when its last file is there and
     no stage before it ran."""
     ran = False
-    selections = []
-    for candidate in range(len(recipe.candidates)):
+    selections: list[StepSelection] = []
+    while recipe.wants_another_run([_number(s.figures[s.step]) for s in selections]):
+        candidate = len(selections)
         if len(recipe.candidates) > 1:
             _say(console, seed, "the config as written" if candidate == 0 else
                  f"restart {candidate}: {' '.join(recipe.candidates[candidate])}")
@@ -309,22 +338,18 @@ def _run_seed(
                                                   console=console)
         selections.append(selection)
         ran = ran or candidate_ran
-    restarts = len(selections) > 1
     kept = kept_candidate([s.figures[s.step] for s in selections], recipe.metric)
-    if restarts:
+    if len(selections) > 1:
         where = "the config as written" if kept == 0 else f"restart {kept}"
         _say(console, seed, f"kept {where}: step-{selections[kept].step} scored best on validation")
 
     report = folder / TEST_DIR
-    if ran or not _tested(report, selections[kept], restarts=restarts):
+    note = _kept_note(selections, kept)
+    if ran or not _tested(report, note, restarts=len(recipe.candidates) > 1):
         _say(console, seed, f"backtesting step-{selections[kept].step} on the test split")
         tested = load_config(selections[kept].run_dir / "config.yaml", ["backtest.split=test"])
         run_backtest(tested, checkpoint=selections[kept].checkpoint, base_model=True, out_dir=report, force=True)
-        if restarts:
-            noted = {"candidate": kept, "run": str(selections[kept].run_dir), "step": selections[kept].step,
-                     "checkpoint": str(selections[kept].checkpoint),
-                     "validation": [_number(s.figures[s.step]) for s in selections]}
-            write_file(folder / KEPT_FILE, json.dumps(noted, indent=1) + "\n")
+        write_file(folder / KEPT_FILE, json.dumps(note, indent=1) + "\n")
     else:
         _say(console, seed, f"test backtest finished ({report}), skipped")
     figures = seed_figures(read_json_object(report / "metrics.json"))
@@ -377,15 +402,24 @@ def _run_candidate(
     return selection, ran
 
 
-def _tested(report: Path, kept: StepSelection, *, restarts: bool) -> bool:
-    """Whether the test report is in place, and with restarts, of the kept run's chosen step (`KEPT_FILE`)."""
+def _kept_note(selections: Sequence[StepSelection], kept: int) -> dict[str, Any]:
+    """What `KEPT_FILE` says of a seed's test: the run and step tested, and every run's validation figure."""
+    chosen = selections[kept]
+    return {"candidate": kept, "run": str(chosen.run_dir), "step": chosen.step, "checkpoint": str(chosen.checkpoint),
+            "validation": [_number(s.figures[s.step]) for s in selections]}
+
+
+def _tested(report: Path, note: dict[str, Any], *, restarts: bool) -> bool:
+    """Whether the test report is in place and `KEPT_FILE` says `note`: the same run and step tested, after the
+    same runs (a seed tested before that file was written for every recipe has none: accepted for a recipe
+    without restarts)."""
     if not (report / "metrics.json").is_file():
         return False
-    if not restarts:
-        return True
     noted = report.parent / KEPT_FILE
+    if not noted.is_file():
+        return not restarts
     try:
-        return noted.is_file() and read_json_object(noted).get("checkpoint") == str(kept.checkpoint)
+        return read_json_object(noted) == note
     except R1TradeError:  # a damaged note is one to write again: the kept run is tested again
         return False
 
@@ -460,7 +494,10 @@ def ladder_model(config: Config, *, warm: bool) -> str:
     text = config.model.name_or_path + (f" + LoRA r{lora.r}" if lora.enabled else " (full fine-tuning)")
     settings = config.warmstart
     text += f", {settings.policy} warm start ({settings.max_steps} steps)" if warm else ""
-    runs = len(candidates(config))
+    runs, until = len(candidates(config)), config.seeds.restart_until
+    if runs > 1 and until is not None:
+        return text + f"; a restart while no run reached {until:g} on validation (up to {runs} runs a seed), " \
+                      "the run best on validation"
     return text + (f"; of {runs} runs a seed (restarts), the one best on validation" if runs > 1 else "")
 
 
