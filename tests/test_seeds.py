@@ -499,9 +499,3 @@ def test_restart_until_skips_the_restart_of_a_run_that_reached_it_and_runs_it_fo
     assert mtimes(seed_0 / "run") == first
     assert json.loads((seed_0 / "kept.json").read_text())["validation"] == [0.0, 0.0]
     assert (seed_0 / "restart-1" / "run" / "selected_step.json").is_file()
-
-
-def test_restart_until_without_restarts_is_one_line(capsys, tmp_path: Path) -> None:
-    code = main(["seeds", "--config", "smoke", "--out", str(tmp_path / "none"), "--set", "seeds.restart_until=60"])
-    err = capsys.readouterr().err
-    assert code == 2 and "restart_until needs seeds.restarts" in err and one_line(err), err

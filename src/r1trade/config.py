@@ -740,7 +740,8 @@ class SeedsConfig(Section):
     restart_until: float | None = Field(
         None, description="run a seed's restarts, in order, only while none of its runs so far has scored this "
         "on the validation split, in the figure its step is chosen by (`r1trade seeds --metric`; at most this "
-        "where lower is better); unset: every restart runs",
+        "where lower is better); unset: every restart runs. Without restarts it has nothing to skip, so "
+        "`--set seeds.restarts=[]` runs the config alone",
     )
 
     @field_validator("restarts")
@@ -757,12 +758,6 @@ class SeedsConfig(Section):
                 if any(key == name or key.startswith(f"{name}.") for name in SET_PER_SEED):
                     raise ValueError(f"a restart may not set '{_clip(key)}': `r1trade seeds` sets it per seed")
         return restarts
-
-    @model_validator(mode="after")
-    def _until_needs_restarts(self) -> SeedsConfig:
-        if self.restart_until is not None and not self.restarts:
-            raise ValueError("restart_until needs seeds.restarts: there is no restart to run or skip")
-        return self
 
 
 class Config(Section):
