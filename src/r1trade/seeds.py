@@ -280,7 +280,7 @@ def _finished_recipe_seed(recipe: Recipe, seed: int, folder: Path) -> SeedResult
     report = folder / TEST_DIR
     selections: list[StepSelection] = []
     try:
-        while recipe.wants_another_run([_number(s.figures[s.step]) for s in selections]):
+        while recipe.wants_another_run(_validation(selections)):
             run_dir = candidate_folder(folder, len(selections)) / RUN_DIR
             if not (run_dir / "config.yaml").is_file():
                 return "no run"
@@ -329,7 +329,7 @@ def _run_seed(
     no stage before it ran."""
     ran = False
     selections: list[StepSelection] = []
-    while recipe.wants_another_run([_number(s.figures[s.step]) for s in selections]):
+    while recipe.wants_another_run(_validation(selections)):
         candidate = len(selections)
         if len(recipe.candidates) > 1:
             _say(console, seed, "the config as written" if candidate == 0 else
@@ -406,7 +406,7 @@ def _kept_note(selections: Sequence[StepSelection], kept: int) -> dict[str, Any]
     """What `KEPT_FILE` says of a seed's test: the run and step tested, and every run's validation figure."""
     chosen = selections[kept]
     return {"candidate": kept, "run": str(chosen.run_dir), "step": chosen.step, "checkpoint": str(chosen.checkpoint),
-            "validation": [_number(s.figures[s.step]) for s in selections]}
+            "validation": _validation(selections)}
 
 
 def _tested(report: Path, note: dict[str, Any], *, restarts: bool) -> bool:
@@ -427,9 +427,13 @@ def _tested(report: Path, note: dict[str, Any], *, restarts: bool) -> bool:
 def _result(
     seed: int, selections: Sequence[StepSelection], kept: int, report: Path, figures: dict[str, float | None]
 ) -> SeedResult:
-    validation = tuple(_number(s.figures[s.step]) for s in selections)
     chosen = selections[kept]
-    return SeedResult(seed, chosen.step, chosen.checkpoint, report, figures, validation, kept)
+    return SeedResult(seed, chosen.step, chosen.checkpoint, report, figures, tuple(_validation(selections)), kept)
+
+
+def _validation(selections: Sequence[StepSelection]) -> list[float | None]:
+    """Each run's figure on validation at its chosen step, in the order the runs ran."""
+    return [_number(s.figures[s.step]) for s in selections]
 
 
 def seed_figures(document: dict[str, Any]) -> dict[str, float | None]:
