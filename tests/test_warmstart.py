@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from r1trade.models.loading import load_agent_models
 from r1trade.models.chat import ChatTokens
 from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.env.demonstrations import demonstration_turn
-from r1trade.warmstart import check_turns_fit, collect_demonstrations, longest_turn
+from r1trade import warmstart
+from r1trade.warmstart import check_turns_fit, collect_demonstrations, longest_turn, warm_start_seed
 from r1trade.cli import main
 from r1trade.config import ModelConfig, load_config
 from r1trade.env.parsing import parse_tool_call
@@ -86,6 +88,15 @@ def _runs_of_ones(mask: list[int]):
             start = None
 
 
+def test_a_warm_start_draw_other_than_0_plays_other_demonstrations():
+    assert doctest.testmod(warmstart).failed == 0  # draw 0 is the seed itself: configs without a draw are unchanged
+    config = load_config("demo_tools")
+    chat = ChatTokens(build_tiny_tokenizer())
+    own = collect_demonstrations(config, chat, episodes=4, seed=warm_start_seed(3, 0))
+    assert own == collect_demonstrations(config, chat, episodes=4, seed=3)
+    assert collect_demonstrations(config, chat, episodes=4, seed=warm_start_seed(3, 1)) != own
+
+
 def test_the_longest_turn_counts_sampled_tokens_up_to_the_call_not_the_end_of_turn():
     examples = [{"completion_mask": [0, 1, 1, 1, 0, 0, 1, 1]}, {"completion_mask": [0, 0, 1, 1, 1, 1, 1, 0]}]
     assert longest_turn(examples) == 4  # the 5-token run is 4 tokens of turn and the end-of-turn token
@@ -107,7 +118,7 @@ def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path, monkeyp
     extra = []
     if lora_auto:  # bfloat16 hardware and LoRA: the warm start still loads and saves float32 weights
         monkeypatch.setattr(loading, "native_bfloat16", lambda model_config: True)
-        extra = ["--set", "model.lora.enabled=true", "--set", "model.dtype=auto"]
+        extra = ["--set", "model.lora.enabled=true", "--set", "model.dtype=auto", "--set", "warmstart.draw=1"]
     code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={tmp_path}", "--set", "rollout.max_new_tokens=128",
                  "--set", "warmstart.max_steps=2", "--set", "warmstart.episodes=1", "--set", "env.episode_decisions=2",
                  *extra])
@@ -116,5 +127,6 @@ def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path, monkeyp
     assert json.loads((model_dir / "config.json").read_text())["dtype"] == "float32"
     log = json.loads((tmp_path / "smoke-warmstart" / "warmstart.json").read_text())
     assert log["examples"] == 1 and log["log"]  # one two-decision episode
+    assert log["seed"] == (warm_start_seed(0, 1) if lora_auto else 0)  # the draw seeds the demonstrations and SFT
     models = load_agent_models(ModelConfig(name_or_path=str(model_dir), lora={"enabled": False}), seed=0)
     assert models.tokenizer.chat_template

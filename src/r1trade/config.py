@@ -643,6 +643,11 @@ class WarmstartConfig(Section):
         description="decisions per demonstration episode (None: env.episode_decisions); each episode is one"
         " example, so shorter episodes mean shorter examples and faster steps"
     )
+    draw: int = Field(
+        0, ge=0, le=MAX_COUNT,
+        description="which of a seed's warm starts: 0 is the seed's own; another value draws other demonstrations "
+        "and another SFT order from the same seed (a restart that is a second draw of the config)",
+    )
     max_steps: int = Field(10, ge=1, le=MAX_COUNT, description="optimiser steps")
     batch_size: int = Field(2, ge=1, le=MAX_BATCH)
     gradient_accumulation: int = Field(2, ge=1, le=MAX_COUNT)

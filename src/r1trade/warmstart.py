@@ -32,6 +32,18 @@ from r1trade.models.chat import ChatTokens
 from r1trade.outputs import write_file
 
 
+def warm_start_seed(seed: int, draw: int) -> int:
+    """The seed of draw `draw` of seed `seed`'s warm start (demonstrations and SFT order): the seed itself for
+    draw 0, so a config without `warmstart.draw` draws as before; else a 31-bit seed spawned from both.
+
+    >>> warm_start_seed(4, 0), warm_start_seed(0, 1), warm_start_seed(1, 1)
+    (4, 1817441348, 1189033389)
+    """
+    if draw == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, draw]).generate_state(1)[0]) & 0x7FFFFFFF
+
+
 def collect_demonstrations(config: Config, chat: ChatTokens, *, episodes: int, seed: int) -> list[dict]:
     """Play `warmstart.policy` through `episodes` train-split episodes; one tokenized example per conversation.
 
@@ -176,7 +188,8 @@ def warmstart(
     if settings.episode_decisions is not None:
         env = config.env.model_copy(update={"episode_decisions": settings.episode_decisions})
         played = config.model_copy(update={"env": env})
-    examples = collect_demonstrations(played, chat, episodes=settings.episodes, seed=config.seed)
+    seed = warm_start_seed(config.seed, settings.draw)
+    examples = collect_demonstrations(played, chat, episodes=settings.episodes, seed=seed)
     check_turns_fit(examples, config.rollout.max_new_tokens)
     lora = config.model.lora
     peft_config = (
@@ -197,7 +210,7 @@ def warmstart(
         report_to=[],
         completion_only_loss=True,
         max_length=None,
-        seed=config.seed,
+        seed=seed,
         disable_tqdm=True,
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
         dataloader_num_workers=0,
@@ -220,5 +233,5 @@ def warmstart(
     trained.save_pretrained(out)
     tokenizer.save_pretrained(out)
     history = [row for row in trainer.state.log_history if "loss" in row]
-    write_file(run_dir / "warmstart.json", json.dumps({"examples": len(examples), "log": history}, indent=1) + "\n")
+    write_file(run_dir / "warmstart.json", json.dumps({"examples": len(examples), "seed": seed, "log": history}, indent=1) + "\n")
     return out
