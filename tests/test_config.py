@@ -120,7 +120,7 @@ def test_the_demo_is_the_information_rungs_recipe_as_written() -> None:
     assert demo.model_copy(update={"name": rung.name}) == rung
     assert demo.env.observation == "price_only" and demo.warmstart.restate == "none"
     assert demo.train.updates == 120 and demo.train.updates % demo.train.checkpoint_every == 0
-    assert demo.seeds.restarts == [["warmstart.episodes=480"]] and demo.seeds.restart_until == 60
+    assert demo.seeds.restarts == [["warmstart.episodes=480"], ["warmstart.draw=1"]] and demo.seeds.restart_until == 70
     assert load_config("demo_tools", ["seeds.restarts=[]"]).seeds.restarts == []  # the config's run alone
 
 
