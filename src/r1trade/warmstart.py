@@ -233,5 +233,6 @@ def warmstart(
     trained.save_pretrained(out)
     tokenizer.save_pretrained(out)
     history = [row for row in trainer.state.log_history if "loss" in row]
-    write_file(run_dir / "warmstart.json", json.dumps({"examples": len(examples), "seed": seed, "log": history}, indent=1) + "\n")
+    log = {"examples": len(examples), "seed": seed, "log": history}
+    write_file(run_dir / "warmstart.json", json.dumps(log, indent=1) + "\n")
     return out
