@@ -973,7 +973,7 @@ def compare_seeds_command(
 ) -> None:
     """Each variant's held-out Direction Accuracy [%] minus the recipe's, paired by seed and by test decision,
     with a 95 % interval that resamples both the seeds and the decisions (an ablation's table, in Markdown)."""
-    from r1trade.seeds import compare_seeds
+    from r1trade.backtest.paired_seeds import compare_seeds
 
     lines = ["| variant | seeds | recipe [%] | variant [%] | per seed [pp] | difference [pp] (95 % interval) |",
              "|---|---|---:|---:|---|---:|"]

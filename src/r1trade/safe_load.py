@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
+from typing import TYPE_CHECKING, Any
 
 from r1trade.errors import CheckpointError
 
+if TYPE_CHECKING:
+    import torch
+
 
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file."""
+    """The tensors of a safetensors file (torch imported here: commands that read only JSON start in a second)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     try:
         return load_file(path)
     except (OSError, SafetensorError, ValueError) as exc:

@@ -37,10 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from rich.console import Console
 
-from r1trade.backtest.paired_seeds import PairedDifference, agent_hits, paired_difference
+from r1trade.backtest.paired_seeds import SUMMARY_FILE
 from r1trade.backtest.report import LOWER_IS_BETTER, MANDATE_PENALTY, REALISED_VOLATILITY
 from r1trade.backtest.runner import run_backtest
 from r1trade.backtest.step_selection import (
@@ -61,7 +60,6 @@ from r1trade.safe_load import read_json_object
 from r1trade.train import train_run
 from r1trade.warmstart import warmstart
 
-SUMMARY_FILE = "seeds.json"
 MAX_SEEDS = 100
 WARMSTART_DIR, RUN_DIR, TEST_DIR = "warmstart", "run", "test"
 KEPT_FILE = "kept.json"
@@ -455,41 +453,6 @@ def seed_figures(document: dict[str, Any]) -> dict[str, float | None]:
         MANDATE_PENALTY: _number(agent.get(MANDATE_PENALTY)),
         REALISED_VOLATILITY: _number(agent.get(REALISED_VOLATILITY)),
     }
-
-
-def compare_seeds(reference: Path, variant: Path, *, resamples: int, mean_block: float) -> PairedDifference:
-    """A variant's seeds folder against its recipe's: `Direction Accuracy [%]` paired by seed and by decision
-    (`r1trade.backtest.paired_seeds`); both must have tested their agents on the same decisions."""
-    reference_hits, variant_hits = seeds_hits(reference), seeds_hits(variant)
-    times = {folder: next(iter(hits.values())).index for folder, hits in
-             ((reference, reference_hits), (variant, variant_hits))}
-    if not times[reference].equals(times[variant]):
-        raise UsageError(f"{variant} and {reference} tested their agents on different decisions")
-    return paired_difference(
-        {seed: hits.to_numpy() for seed, hits in reference_hits.items()},
-        {seed: hits.to_numpy() for seed, hits in variant_hits.items()},
-        resamples=resamples, mean_block=mean_block,
-    )
-
-
-def seeds_hits(folder: Path) -> dict[int, pd.Series]:
-    """Each finished seed's agent hits on its test decisions, from the reports `folder`'s seeds.json lists; every
-    seed must have been tested on the same decisions."""
-    path = folder / SUMMARY_FILE
-    if not path.is_file():
-        raise UsageError(f"{folder}: not a seeds folder (no {SUMMARY_FILE}; `r1trade seeds` writes it)")
-    entries = read_json_object(path).get("seeds")
-    if not isinstance(entries, list) or not entries:
-        raise UsageError(f"{path} lists no seed")
-    found: dict[int, pd.Series] = {}
-    for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("seed"), int) or "report" not in entry:
-            raise UsageError(f"{path}: a seed without its number and report")
-        found[entry["seed"]] = agent_hits(Path(str(entry["report"])))
-    first = next(iter(found.values())).index
-    if any(not hits.index.equals(first) for hits in found.values()):
-        raise UsageError(f"{path}: its seeds were tested on different decisions")
-    return found
 
 
 def ladder_model(config: Config, *, warm: bool) -> str:

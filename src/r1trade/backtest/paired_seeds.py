@@ -22,7 +22,10 @@ from r1trade.backtest.bootstrap import percentile_interval, stationary_indices
 from r1trade.backtest.report import HITS_FILE
 from r1trade.errors import UsageError
 from r1trade.eval.ladder import AGENT_PREFIX
-from r1trade.safe_load import first_line
+from r1trade.safe_load import first_line, read_json_object
+
+SUMMARY_FILE = "seeds.json"
+"""What `r1trade seeds` writes into its folder: each seed's test report and figures, and their spread."""
 
 
 @dataclass(frozen=True)
@@ -89,3 +92,38 @@ def agent_hits(report: Path) -> pd.Series:
     if len(agents) != 1 or not frame[agents[0]].isin([0.0, 1.0]).all():
         raise UsageError(f"{path}: expected one agent column of 0s and 1s")
     return frame[agents[0]]
+
+
+def compare_seeds(reference: Path, variant: Path, *, resamples: int, mean_block: float) -> PairedDifference:
+    """A variant's seeds folder against its recipe's: `Direction Accuracy [%]` paired by seed and by decision
+    (`r1trade.backtest.paired_seeds`); both must have tested their agents on the same decisions."""
+    reference_hits, variant_hits = seeds_hits(reference), seeds_hits(variant)
+    times = {folder: next(iter(hits.values())).index for folder, hits in
+             ((reference, reference_hits), (variant, variant_hits))}
+    if not times[reference].equals(times[variant]):
+        raise UsageError(f"{variant} and {reference} tested their agents on different decisions")
+    return paired_difference(
+        {seed: hits.to_numpy() for seed, hits in reference_hits.items()},
+        {seed: hits.to_numpy() for seed, hits in variant_hits.items()},
+        resamples=resamples, mean_block=mean_block,
+    )
+
+
+def seeds_hits(folder: Path) -> dict[int, pd.Series]:
+    """Each finished seed's agent hits on its test decisions, from the reports `folder`'s seeds.json lists; every
+    seed must have been tested on the same decisions."""
+    path = folder / SUMMARY_FILE
+    if not path.is_file():
+        raise UsageError(f"{folder}: not a seeds folder (no {SUMMARY_FILE}; `r1trade seeds` writes it)")
+    entries = read_json_object(path).get("seeds")
+    if not isinstance(entries, list) or not entries:
+        raise UsageError(f"{path} lists no seed")
+    found: dict[int, pd.Series] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("seed"), int) or "report" not in entry:
+            raise UsageError(f"{path}: a seed without its number and report")
+        found[entry["seed"]] = agent_hits(Path(str(entry["report"])))
+    first = next(iter(found.values())).index
+    if any(not hits.index.equals(first) for hits in found.values()):
+        raise UsageError(f"{path}: its seeds were tested on different decisions")
+    return found
