@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _share_the_cores_among_workers() -> None:
     """Under pytest-xdist (`make test` runs `-n auto`), each worker and the commands its tests start get their share
     of the cores, set before torch is imported: the tiny models' small products gain nothing from a second thread,
-    and threads of two workers spinning on the same cores slowed the suite almost twofold."""
+    and threads of two workers spinning on the same cores made the suite 40 % slower."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers is not None and "OMP_NUM_THREADS" not in os.environ:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
