@@ -96,7 +96,7 @@ def agent_hits(report: Path) -> pd.Series:
 
 def compare_seeds(reference: Path, variant: Path, *, resamples: int, mean_block: float) -> PairedDifference:
     """A variant's seeds folder against its recipe's: `Direction Accuracy [%]` paired by seed and by decision
-    (`r1trade.backtest.paired_seeds`); both must have tested their agents on the same decisions."""
+    (`paired_difference`); both must have tested their agents on the same decisions."""
     reference_hits, variant_hits = seeds_hits(reference), seeds_hits(variant)
     times = {folder: next(iter(hits.values())).index for folder, hits in
              ((reference, reference_hits), (variant, variant_hits))}
