@@ -1,5 +1,6 @@
 """The volatility-target mandate in the backtest: its baselines on hand-made series, its rows and intervals,
-the best constant chosen on the train split only, and training and backtesting the rung through the CLI."""
+the best constant and the volatility forecast chosen on the train split only, and training and backtesting the
+rung through the CLI."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import pandas as pd
 import pytest
 from env_fixtures import daily
 
-from r1trade.backtest import mandate, strategies
+from r1trade.backtest import mandate, strategies, volatility_forecast
 from r1trade.backtest.mandate import decided_at, decision_sigmas, mandate_rows, with_mandate
 from r1trade.backtest.runner import load_context, mandate_params, run_baseline
 from r1trade.backtest.strategies import best_constant_exposure, constant_exposure, random_sizes, vol_target
+from r1trade.backtest.volatility_forecast import fit_vol_forecast, vol_forecast
 from r1trade.cli import main
 from r1trade.config import load_config
+from r1trade.env.volatility import realised_volatility
 
 SIZES = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]
 A = 0.8 / math.sqrt(730)
@@ -29,7 +32,7 @@ A = 0.8 / math.sqrt(730)
 ROWS = ("Mandate Penalty", "Realised Volatility [%]", "Target Volatility [%]")
 
 
-@pytest.mark.parametrize("module", [mandate, strategies])
+@pytest.mark.parametrize("module", [mandate, strategies, volatility_forecast])
 def test_docstring_examples(module) -> None:
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
@@ -67,6 +70,46 @@ def test_best_constant_by_hand() -> None:
     candles = daily([A, -A, A / 2, -A / 2])
     size, misses = best_constant_exposure(candles, sizes=[0.0, 0.5, 1.0], target_vol=0.4, every=2, first=0)
     assert size == 0.5 and misses == pytest.approx({0.0: 1.0, 0.5: 0.125, 1.0: 0.5})
+
+
+def test_vol_forecast_sizes_by_hand() -> None:
+    # Pairs of daily returns (short = long = 2 bars; the week's coefficient 0): bars 2..6 see σ = 0.8, 0.6, 0.4,
+    # 1.0 and 1.6 (|x - y| / √2 · √365). With a forecast of σ itself and no uncertainty the size is the nearest
+    # to 0.4 / σ: 0.5, 0.75 (of 0.67), 1, 0.5 (of 0.4), 0.25. With a residual variance of 0.25 the expected miss
+    # is lowest at e^-0.375 = 0.687 of that: 0.34, 0.46, 0.69, 0.27, 0.17, held as 0.25, 0.5, 0.75, 0.25, 0.25.
+    candles = daily([A, -A, A / 2, -A / 2, 2 * A, -2 * A])
+    forecast = {"intercept": 0.0, "short_coef": 1.0, "long_coef": 0.0, "target": 0.4, "sizes": SIZES,
+                "short": 2, "long": 2}
+    assert vol_forecast(candles, residual_var=0.0, **forecast).tolist() == [0, 0, 0.5, 0.75, 1, 0.5, 0.25]
+    assert vol_forecast(candles, residual_var=0.25, **forecast).tolist() == [0, 0, 0.25, 0.5, 0.75, 0.25, 0.25]
+    still = daily([A, -A, 0.0, 0.0])  # bar 3: (-A, 0), σ 0.4, size 1; bar 4: σ 0, no forecast, flat
+    assert vol_forecast(still, residual_var=0.0, **forecast).tolist() == [0, 0, 0.5, 1.0, 0.0]
+
+
+def test_vol_forecast_is_fitted_on_the_tools_numbers() -> None:
+    """The regressors are what get_volatility shows (the env's realised_volatility over 24 and 168 bars at the
+    decision bar) and the response the volatility of the interval the decision holds: the fit is their least
+    squares in logs, rebuilt here decision by decision."""
+    rng = np.random.default_rng(5)
+    regime = np.repeat(rng.uniform(0.002, 0.02, 40), 100)  # hourly σ in 40 calm or wild stretches
+    closes = 100.0 * np.exp(np.r_[0.0, np.cumsum(regime * rng.standard_normal(4000))])
+    candles = pd.DataFrame({"close": closes}, index=pd.date_range("2024-01-01", periods=4001, freq="1h", tz="UTC"))
+    fit = fit_vol_forecast(candles, every=24, first=168, short=24, long=168)
+    per_year = math.sqrt(8760)
+    decisions = range(168, 4001 - 24, 24)
+    rows = [(realised_volatility(closes, d + 24, 24), realised_volatility(closes, d, 24),
+             realised_volatility(closes, d, 168)) for d in decisions]
+    logs = np.log(np.array(rows) * per_year)  # (D, 3): the interval after, the day's and the week's
+    design = np.column_stack([np.ones(len(logs)), logs[:, 1:]])
+    expected, *_ = np.linalg.lstsq(design, logs[:, 0], rcond=None)
+    residuals = logs[:, 0] - design @ expected
+    assert fit.decisions == len(decisions) == 159
+    assert [fit.intercept, fit.short_coef, fit.long_coef] == pytest.approx(expected.tolist())
+    assert fit.residual_var == pytest.approx((residuals**2).sum() / (159 - 3))
+    assert fit.r_squared == pytest.approx(1 - residuals.var() / logs[:, 0].var())
+    assert 0.5 < fit.short_coef + fit.long_coef < 1.0 and fit.r_squared > 0.5  # clustered, so forecastable
+    with pytest.raises(ValueError, match="need at least 4"):  # 250 bars: decisions at bars 168, 192 and 216
+        fit_vol_forecast(candles.iloc[:250], every=24, first=168, short=24, long=168)
 
 
 def test_decided_at_and_the_rows_by_hand() -> None:
@@ -111,18 +154,31 @@ def test_best_constant_is_chosen_on_the_train_split_only(context) -> None:
     assert calmer["size"] > chosen
 
 
+def test_vol_forecast_is_fitted_on_the_train_split_only(context) -> None:
+    params, note = mandate_params("vol_forecast", context)
+    env = context.config.env
+    fit = fit_vol_forecast(context.splits.train, every=24, first=env.warmup_bars, short=24, long=168)
+    assert params == {"intercept": fit.intercept, "short_coef": fit.short_coef, "long_coef": fit.long_coef,
+                      "residual_var": fit.residual_var, "target": 0.4, "sizes": SIZES, "short": 24, "long": 168}
+    assert "fitted on the train split" in note and f"{fit.decisions} decisions" in note and "R² " in note
+    wild = context.splits.test.copy()
+    wild[["open", "high", "low", "close"]] *= np.exp(np.random.default_rng(0).normal(0, 0.2, (len(wild), 1)))
+    assert mandate_params("vol_forecast", replace(context, splits=replace(context.splits, test=wild)))[0] == params
+
+
 def test_every_baseline_decides_at_the_decision_bars_with_its_sizes(context) -> None:
-    names = ("vol_target", "best_constant", "buy_and_hold", "random_sizes")
+    names = ("vol_target", "best_constant", "buy_and_hold", "random_sizes", "vol_forecast")
     runs = [run_baseline(name, context) for name in names]
     decisions = len(context.decision_bars)
     assert decisions > 100
-    for run in runs[:3]:
+    unseeded = [*runs[:3], runs[4]]
+    for run in unseeded:
         assert run.exposures.shape == (decisions,) and set(run.exposures) <= set(SIZES)
     assert runs[2].exposures.tolist() == [1.0] * decisions
     assert runs[3].exposures.shape == (2, decisions)  # one row per seed
-    assert len(set(runs[0].exposures)) >= 3  # vol_target follows the volatility
+    assert len(set(runs[0].exposures)) >= 3 and len(set(runs[4].exposures)) >= 3  # both follow the volatility
     # orders fill at the open after a decision bar only: trades open and close on decision bars + 1
-    for run in runs[:3]:
+    for run in unseeded:
         assert set(run.trades["entry_bar"]) <= set(context.decision_bars + 1)
         closed = run.trades.loc[~run.trades["is_open"], "exit_bar"]
         assert set(closed) <= set(context.decision_bars + 1)
@@ -163,10 +219,13 @@ def test_mandate_baselines_need_the_mandate(capsys) -> None:
     code = main(["backtest", "--config", "smoke", "--strategy", "best_constant"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "env.mandate: vol_target" in err
-    code = main(["backtest", "--config", "btc_voltarget_tiny",
-                 "--set", "backtest.params.best_constant.size=1"])
+    code = main(["backtest", "--config", "smoke", "--strategy", "vol_forecast"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "chosen on the train split" in err
+    assert code == 2 and err.count("\n") == 1 and "env.mandate: vol_target" in err
+    for setting in ("backtest.params.best_constant.size=1", "backtest.params.vol_forecast.residual_var=0"):
+        code = main(["backtest", "--config", "btc_voltarget_tiny", "--set", setting])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "chosen on the train split" in err
 
 
 def test_a_baseline_above_the_largest_position_is_one_line(capsys, tmp_path) -> None:
@@ -211,7 +270,8 @@ def test_warm_start_train_then_backtest_the_rung_through_the_cli(tmp_path: Path)
     document = json.loads((out / "metrics.json").read_text())
     assert f"RL started from: {warm}" in document["folds"][0]["notes"]["base model"]  # the warm start
     assert document["mandate"]["target_vol"] == 0.4 and document["mandate"]["exposures"] == SIZES
-    names = {"agent (step-1)", "base model", "vol_target", "best_constant", "buy_and_hold", "random_sizes"}
+    names = {"agent (step-1)", "base model", "vol_target", "vol_forecast", "best_constant", "buy_and_hold",
+             "random_sizes"}
     assert set(document["strategies"]) == names
     for fold in document["folds"]:
         assert fold["decisions"]["count"] == 2
@@ -226,7 +286,8 @@ def test_warm_start_train_then_backtest_the_rung_through_the_cli(tmp_path: Path)
     assert "Mandate Penalty − best_constant" in document["strategies"]["agent (step-1)"]["ci95"]
     assert document["spa"]["vol_target"]["losses"] == mandate.PENALTY_LOSS  # the mandate's own question
     assert document["spa"]["buy_and_hold"]["losses"] == "minus each decision's excess return"
-    assert "SPA against vol_target over 5 runs, on each decision's mandate miss" in tested.stdout
-    chosen = document["folds"][0]["notes"]["best_constant"]
-    assert chosen.startswith("holds ") and "the train split" in chosen
+    assert "SPA against vol_target over 6 runs, on each decision's mandate miss" in tested.stdout
+    for name in ("best_constant", "vol_forecast"):
+        chosen = document["folds"][0]["notes"][name]
+        assert chosen.startswith("holds ") and "the train split" in chosen
     assert "| Mandate Penalty |" in (out / "metrics.md").read_text()

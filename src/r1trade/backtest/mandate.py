@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from r1trade.backtest.bootstrap import percentile_interval, stationary_indices
+from r1trade.backtest.metrics import infer_bars_per_year
 from r1trade.backtest.report import (
     MANDATE_PENALTY,
     REALISED_VOLATILITY,
@@ -61,6 +62,18 @@ def decision_misses(exposures: np.ndarray, sigmas: np.ndarray, *, target_vol: fl
     shape of exposures."""
     miss = np.vectorize(lambda w, s: vol_target_miss(exposure=w, realised_vol=s, target_vol=target_vol))
     return np.asarray(miss(np.asarray(exposures, dtype=float), np.asarray(sigmas, dtype=float)), dtype=float)
+
+
+def split_decisions(candles: pd.DataFrame, *, every: int, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """The decision bars first, first + every, ... of `candles` that have a whole interval after them, and the
+    market's annualised volatility over each interval: what `best_constant` and `vol_forecast` are chosen on.
+    ValueError when no decision fits."""
+    closes = candles["close"].to_numpy(dtype=float)
+    decisions = np.arange(first, len(closes) - every, every)
+    if len(decisions) == 0:
+        raise ValueError(f"no decision every {every} bars from bar {first} fits in {len(closes)} bars")
+    per_year = infer_bars_per_year(candles.index)
+    return decisions, interval_volatility(closes, decisions, every) * np.sqrt(per_year)
 
 
 def decision_sigmas(context: ReportContext) -> np.ndarray:

@@ -260,8 +260,10 @@ class ReportContext:
             f"year). Mandate Penalty is the mean of ((w σ − {target:g} %) / {target:g} %)² over the "
             "decisions, the agent's reward with its sign turned (cash: 1, lower is better); Realised "
             "Volatility [%] is the root mean square of w σ against Target Volatility [%]. best_constant holds "
-            "the size with the lowest mean penalty on the train split; the Mandate Penalty − best_constant "
-            "interval pairs the two on the same resampled decisions."
+            "the size with the lowest mean penalty on the train split, and vol_forecast the size with the "
+            "lowest expected penalty under a forecast of σ fitted there on the two volatilities get_volatility "
+            "shows; the Mandate Penalty − best_constant interval pairs a run with best_constant on the same "
+            "resampled decisions."
         )
 
     @property

@@ -52,6 +52,7 @@ from r1trade.backtest.strategies import (
     best_constant_exposure,
     make_targets,
 )
+from r1trade.backtest.volatility_forecast import fit_vol_forecast
 from r1trade.backtest.uncertainty import run_sample, with_uncertainty
 from r1trade.backtest.verdicts import Trials, count_trials
 from r1trade.backtest.walk_forward import SPANS, fold_contexts, pooled_run
@@ -59,6 +60,7 @@ from r1trade.config import Config, load_config
 from r1trade.data.source import load_config_candles
 from r1trade.data.splits import after_train, make_splits
 from r1trade.data.store import timeframe_to_timedelta
+from r1trade.env.volatility import LONG_FACTOR
 from r1trade.errors import ConfigError, DataError, UsageError
 from r1trade.outputs import check_report_folder
 
@@ -330,7 +332,7 @@ def check_strategy_names(
 ) -> None:
     """Refuse unknown baselines (in the request or in `backtest.params`), listing the valid names, the
     planted-edge baselines (the oracle) unless the data is generated with a planted edge (`planted_edge`), and
-    the mandate's (best_constant, whose size the backtest chooses) unless the env holds the volatility-target
+    the mandate's (best_constant and vol_forecast, which the backtest chooses on the train split) unless the env holds the volatility-target
     mandate (`mandate`)."""
     valid = ", ".join(ALL_STRATEGIES)
     for name in names:
@@ -350,7 +352,7 @@ def check_strategy_names(
         if name not in ALL_STRATEGIES:
             raise ConfigError(f"backtest.params has unknown strategy '{name}': use one of {valid}")
         if name in MANDATE_STRATEGIES:
-            raise ConfigError(f"backtest.params.{name}: its size is chosen on the train split, not set")
+            raise ConfigError(f"backtest.params.{name}: it is chosen on the train split, not set")
 
 
 def load_context(config: Config, *, span: str = "split") -> ReportContext:
@@ -395,30 +397,49 @@ def run_baseline(name: str, context: ReportContext) -> StrategyRun:
 def mandate_params(name: str, context: ReportContext) -> tuple[dict[str, Any], str]:
     """A baseline's parameters under the volatility-target mandate (before `backtest.params`), and a note on
     them: vol_target sizes for `rewards.vol_target` from `env.exposures` (traded at every change, its cap the
-    largest size), random_sizes draws from those sizes, and best_constant holds the size whose mean miss was
-    lowest on the train split, deciding every `env.decision_every` bars from `env.warmup_bars` as in
-    training."""
-    config = context.config
-    sizes, target = list(config.env.exposures), config.rewards.vol_target
+    largest size), random_sizes draws from those sizes, best_constant holds the size whose mean miss was lowest
+    on the train split, and vol_forecast sizes from a forecast fitted there on the two volatilities
+    `get_volatility` shows. Both read the train split's decisions, every `env.decision_every` bars from
+    `env.warmup_bars` as in training."""
+    sizes, target = list(context.config.env.exposures), context.config.rewards.vol_target
     if name == "vol_target":
         return {"target": target, "sizes": sizes, "max_leverage": max(sizes), "band": 0.0}, ""
     if name == "random_sizes":
         return {"sizes": sizes}, ""
     if name not in MANDATE_STRATEGIES:
         return {}, ""
-    train, env = context.splits.train, config.env
+    train = context.splits.train
+    span = f"the train split ({train.index[0]:%Y-%m-%d} to {train.index[-1]:%Y-%m-%d}"
     try:
-        size, misses = best_constant_exposure(
-            train, sizes=sizes, target_vol=target, every=env.decision_every, first=env.warmup_bars
-        )
+        if name == "vol_forecast":
+            return _vol_forecast_params(context, span)
+        return _best_constant_params(context, span)
     except ValueError as exc:
-        raise DataError(f"best_constant: the train split ({len(train)} bars) is too short: {exc}") from exc
+        raise DataError(f"{name}: the train split ({len(train)} bars) is too short: {exc}") from exc
+
+
+def _best_constant_params(context: ReportContext, span: str) -> tuple[dict[str, Any], str]:
+    env, target = context.config.env, context.config.rewards.vol_target
+    size, misses = best_constant_exposure(context.splits.train, sizes=env.exposures, target_vol=target,
+                                          every=env.decision_every, first=env.warmup_bars)
     shown = ", ".join(f"{level:g}: {miss:.3f}" for level, miss in misses.items())
+    return {"size": size}, f"holds {size:g} of equity, the size with the lowest mean mandate penalty on {span}; {shown})"
+
+
+def _vol_forecast_params(context: ReportContext, span: str) -> tuple[dict[str, Any], str]:
+    env, target = context.config.env, context.config.rewards.vol_target
+    short, long = env.volatility_bars, LONG_FACTOR * env.volatility_bars
+    fit = fit_vol_forecast(context.splits.train, every=env.decision_every, first=env.warmup_bars, short=short,
+                           long=long)
+    params = {"intercept": fit.intercept, "short_coef": fit.short_coef, "long_coef": fit.long_coef,
+              "residual_var": fit.residual_var, "target": target, "sizes": list(env.exposures), "short": short,
+              "long": long}
     note = (
-        f"holds {size:g} of equity, the size with the lowest mean mandate penalty on the train split "
-        f"({train.index[0]:%Y-%m-%d} to {train.index[-1]:%Y-%m-%d}; {shown})"
+        f"holds the size with the lowest expected penalty under the forecast log σ = {fit.intercept:.3f} + "
+        f"{fit.short_coef:.3f} log σ_{short} + {fit.long_coef:.3f} log σ_{long} (residual sd "
+        f"{math.sqrt(fit.residual_var):.3f}, R² {fit.r_squared:.2f}) fitted on {span}; {fit.decisions} decisions)"
     )
-    return {"size": size}, note
+    return params, note
 
 
 def _exposures(results: Sequence[BacktestResult], context: ReportContext) -> np.ndarray | None:

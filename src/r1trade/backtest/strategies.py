@@ -5,8 +5,9 @@ A target at bar t is computed from bars 0..t only (trailing windows, forward fil
 it can be decided at that bar's close; warm-up bars where an indicator is undefined are flat (0).
 
 The volatility-target mandate (`env.mandate: vol_target`) is judged against `vol_target` sized from its sizes,
-`random_sizes`, buy-and-hold and `best_constant`: the constant size whose mean mandate miss was lowest on the
-train split (`best_constant_exposure`), never on the bars it is tested on.
+`random_sizes`, buy-and-hold, `best_constant`: the constant size whose mean mandate miss was lowest on the
+train split (`best_constant_exposure`), and `vol_forecast`: sizes from a volatility forecast fitted on the train
+split (`r1trade.backtest.volatility_forecast`); neither is chosen on the bars it is tested on.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import numpy as np
 import pandas as pd
 from ta.momentum import RSIIndicator
 
-from r1trade.backtest.mandate import decision_misses
+from r1trade.backtest.mandate import decision_misses, split_decisions
 from r1trade.backtest.metrics import infer_bars_per_year
+from r1trade.backtest.volatility_forecast import vol_forecast
 from r1trade.data.synthetic import oracle_targets
-from r1trade.env.volatility import interval_volatility
 
 Strategy = Callable[..., pd.Series]
 
@@ -154,12 +155,7 @@ def best_constant_exposure(
     Meant for the train split: the choice then never sees the bars it is tested on. The smaller size wins a
     tie.
     """
-    closes = candles["close"].to_numpy(dtype=float)
-    decisions = np.arange(first, len(closes) - every, every)
-    if len(decisions) == 0:
-        raise ValueError(f"no decision every {every} bars from bar {first} fits in {len(closes)} bars")
-    per_year = infer_bars_per_year(candles.index)
-    sigma = interval_volatility(closes, decisions, every) * np.sqrt(per_year)  # (D,) annualised
+    _, sigma = split_decisions(candles, every=every, first=first)  # (D,) annualised
     misses = {
         float(size): float(decision_misses(np.full(len(sigma), size), sigma, target_vol=target_vol).mean())
         for size in sorted(sizes)
@@ -205,9 +201,13 @@ PLANTED_EDGE_STRATEGIES: dict[str, StrategySpec] = {"oracle": StrategySpec(oracl
 
 MANDATE_STRATEGIES: dict[str, StrategySpec] = {
     "best_constant": StrategySpec(constant_exposure, {"size": 1.0}),
+    "vol_forecast": StrategySpec(vol_forecast, {
+        "intercept": 0.0, "short_coef": 0.0, "long_coef": 1.0, "residual_var": 0.0, "target": 0.5,
+        "sizes": [0.0, 0.25, 0.5, 0.75, 1.0], "short": 24, "long": 168,
+    }),
 }
-"""Baselines that need a volatility-target mandate (`env.mandate: vol_target`): the backtest chooses the size
-on the train split."""
+"""Baselines that need a volatility-target mandate (`env.mandate: vol_target`): the backtest chooses the size,
+or fits the forecast, on the train split."""
 
 ALL_STRATEGIES: dict[str, StrategySpec] = {**STRATEGIES, **PLANTED_EDGE_STRATEGIES, **MANDATE_STRATEGIES}
 
