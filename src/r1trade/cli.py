@@ -46,7 +46,8 @@ LADDER_COLUMNS = {"direction_accuracy": "Direction Accuracy [%]", "signal_call_r
                   "info_call_rate": "Info Calls [%]", "forced_hold_rate": "Forced Holds [%]",
                   "return_pct": "Return [%]", "mandate_penalty": "Mandate Penalty",
                   "warmstart_mandate_penalty": "warm start's penalty", "vol_target_rule_penalty": "vol_target rule's",
-                  "best_constant_penalty": "best constant's", "realised_volatility_pct": "Realised Volatility [%]"}
+                  "best_constant_penalty": "best constant's", "vol_forecast_penalty": "vol_forecast's",
+                  "realised_volatility_pct": "Realised Volatility [%]"}
 
 ConfigOption = Annotated[
     str | None, typer.Option("--config", "-c", help="config name in configs/ (e.g. btc_momentum) or a YAML path")

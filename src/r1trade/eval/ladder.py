@@ -11,7 +11,8 @@ A record joins what a held-out backtest measured (its `metrics.json`) with what 
      "forced_hold_rate": float | null, "warmstart_forced_hold_rate": float | null,
      "direction_accuracy_by_decision": [float, ...] | null, "mandate_penalty": float | null,
      "warmstart_mandate_penalty": float | null, "vol_target_rule_penalty": float | null,
-     "best_constant_penalty": float | null, "realised_volatility_pct": float | null,
+     "best_constant_penalty": float | null, "vol_forecast_penalty": float | null,
+     "realised_volatility_pct": float | null,
      "target_volatility_pct": float | null, "seed": int | null, "updates": int, "train_minutes": float,
      "command": str}
 
@@ -22,8 +23,9 @@ informative tool (`get_changes`; reports list every tool offered, 0 % included; 
 where RL mostly repairs the format, this is where the accuracy moves). `direction_accuracy_by_decision` holds the
 accuracy at decision 1, 2, ... of the report's windows where they have several decisions. `seed` tells apart the
 seeds of one variant (null: one run). The mandate's fields (the volatility-target rung, level `vol_target`) hold
-the report's `Mandate Penalty` of the agent, of its warm start and of the `vol_target` and `best_constant`
-baselines, and the agent's realised and target volatility; null where the report has no mandate.
+the report's `Mandate Penalty` of the agent, of its warm start and of the `vol_target`, `best_constant` and
+`vol_forecast` baselines, and the agent's realised and target volatility; null where the report has no mandate
+(and `vol_forecast_penalty` absent from records older than that baseline).
 
 `train_minutes` adds up the rollout, scoring and optimisation seconds of every update the checkpoint has seen
 (checkpoint writes and start-up excluded). A record with the same level, variant and seed as an older one
@@ -51,8 +53,9 @@ FORCED_HOLD_ROW = "Action Mix: Forced Hold [%]"
 BY_DECISION_ROW = "Direction Accuracy, decision {} [%]"
 SUMMARY_FIELDS = ("direction_accuracy", "signal_call_rate", "info_call_rate", "forced_hold_rate", "return_pct")
 MANDATE_SUMMARY_FIELDS = ("mandate_penalty", "warmstart_mandate_penalty", "vol_target_rule_penalty",
-                          "best_constant_penalty", "realised_volatility_pct", "return_pct")
-MANDATE_BASELINES = {"vol_target_rule_penalty": "vol_target", "best_constant_penalty": "best_constant"}
+                          "best_constant_penalty", "vol_forecast_penalty", "realised_volatility_pct", "return_pct")
+MANDATE_BASELINES = {"vol_target_rule_penalty": "vol_target", "best_constant_penalty": "best_constant",
+                     "vol_forecast_penalty": "vol_forecast"}
 
 
 def summary_fields(level: str) -> tuple[str, ...]:
