@@ -228,6 +228,19 @@ def test_mandate_baselines_need_the_mandate(capsys) -> None:
         assert code == 2 and err.count("\n") == 1 and "chosen on the train split" in err
 
 
+def test_without_a_model_the_baselines_are_measured_where_a_model_would_decide(capsys, tmp_path) -> None:
+    """A trailing-volatility rule holds cash (penalty 1) until it has a week of history, so a baselines-only
+    report starts, as a model's plan does, after env.warmup_bars (168 bars, 7 daily decisions)."""
+    code = main(["backtest", "--config", "btc_voltarget_tiny", "--out", str(tmp_path / "r"),
+                 "--set", "backtest.bootstrap_resamples=100", "--set", "backtest.random_seeds=2"])
+    capsys.readouterr()
+    assert code == 0
+    document = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert document["decisions"]["first_bar"] == 168
+    for rule in ("vol_target", "vol_forecast"):  # never idle in cash for want of history
+        assert document["strategies"][rule]["Exposure Mix: 0 [%]"] == 0.0
+
+
 def test_a_baseline_above_the_largest_position_is_one_line(capsys, tmp_path) -> None:
     code = main(["backtest", "--config", "smoke", "--strategy", "vol_target", "--out", str(tmp_path / "r"),
                  "--set", "backtest.params.vol_target.max_leverage=1.5"])

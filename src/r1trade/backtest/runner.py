@@ -289,8 +289,11 @@ def _evaluated(
     context: ReportContext, number: int, players: Sequence[ModelPlayer]
 ) -> tuple[ReportContext, WindowPlan | None]:
     """The bars every strategy of a backtest (or fold `number`) is measured on: with models, those of their
-    plan (which is returned, for their notes), else the context's."""
-    if not players:
+    plan (which is returned, for their notes); without, the context's, except under the volatility-target
+    mandate, where they are still a model's (from the end of `env.warmup_bars`): a rule that reads a trailing
+    window holds cash, a penalty of 1, at every decision before it has one, so a baselines-only report would
+    differ from the baselines beside a model."""
+    if not players and not is_mandate(context.config):
         return context, None
     try:
         plan = context_plan(context)
@@ -298,11 +301,11 @@ def _evaluated(
         if context.first_bar == 0 and context.last_bar is None:
             raise
         raise UsageError(
-            f"walk-forward fold {number} ({len(context.candles)} bars) is too short for the models' "
+            f"walk-forward fold {number} ({len(context.candles)} bars) is too short for a model's "
             f"{context.config.env.warmup_bars} warm-up bars and a decision every "
             f"{context.config.env.decision_every} bars: use fewer folds"
         ) from exc
-    return replace(context, first_bar=plan.first_bar, last_bar=plan.last_bar), plan
+    return replace(context, first_bar=plan.first_bar, last_bar=plan.last_bar), plan if players else None
 
 
 def _pooled(
