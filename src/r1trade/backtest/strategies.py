@@ -20,8 +20,7 @@ import pandas as pd
 from ta.momentum import RSIIndicator
 
 from r1trade.backtest.mandate import decision_misses, split_decisions
-from r1trade.backtest.metrics import infer_bars_per_year
-from r1trade.backtest.volatility_forecast import vol_forecast
+from r1trade.backtest.volatility_forecast import trailing_volatility, vol_forecast
 from r1trade.data.synthetic import oracle_targets
 
 Strategy = Callable[..., pd.Series]
@@ -98,11 +97,9 @@ def vol_target(
     """
     if target <= 0 or lookback < 2 or not max_leverage > 0 or band < 0:
         raise ValueError("need target > 0, lookback >= 2, max_leverage > 0 and band >= 0")
-    returns = np.log(candles["close"]).diff()
-    per_year = infer_bars_per_year(candles.index)
-    sigma = returns.rolling(lookback, min_periods=lookback).std() * np.sqrt(per_year)
+    sigma = trailing_volatility(candles, lookback)  # (n,) annualised, NaN in the warm-up
     with np.errstate(divide="ignore"):
-        wanted = np.minimum(target / sigma.to_numpy(), max_leverage)  # NaN in the warm-up, the cap at σ = 0
+        wanted = np.minimum(target / sigma, max_leverage)  # NaN in the warm-up, the cap at σ = 0
     if sizes is not None:
         wanted = nearest_size(wanted, sizes)
     held, held_sizes = 0.0, np.zeros(len(candles))
