@@ -52,9 +52,9 @@ from r1trade.backtest.strategies import (
     best_constant_exposure,
     make_targets,
 )
-from r1trade.backtest.volatility_forecast import fit_vol_forecast
 from r1trade.backtest.uncertainty import run_sample, with_uncertainty
 from r1trade.backtest.verdicts import Trials, count_trials
+from r1trade.backtest.volatility_forecast import fit_vol_forecast
 from r1trade.backtest.walk_forward import SPANS, fold_contexts, pooled_run
 from r1trade.config import Config, load_config
 from r1trade.data.source import load_config_candles
@@ -335,8 +335,8 @@ def check_strategy_names(
 ) -> None:
     """Refuse unknown baselines (in the request or in `backtest.params`), listing the valid names, the
     planted-edge baselines (the oracle) unless the data is generated with a planted edge (`planted_edge`), and
-    the mandate's (best_constant and vol_forecast, which the backtest chooses on the train split) unless the env holds the volatility-target
-    mandate (`mandate`)."""
+    the mandate's (best_constant and vol_forecast, which the backtest chooses on the train split) unless the
+    env holds the volatility-target mandate (`mandate`)."""
     valid = ", ".join(ALL_STRATEGIES)
     for name in names:
         if name not in ALL_STRATEGIES:
@@ -412,24 +412,25 @@ def mandate_params(name: str, context: ReportContext) -> tuple[dict[str, Any], s
     if name not in MANDATE_STRATEGIES:
         return {}, ""
     train = context.splits.train
-    span = f"the train split ({train.index[0]:%Y-%m-%d} to {train.index[-1]:%Y-%m-%d}"
+    dates = f"{train.index[0]:%Y-%m-%d} to {train.index[-1]:%Y-%m-%d}"
     try:
         if name == "vol_forecast":
-            return _vol_forecast_params(context, span)
-        return _best_constant_params(context, span)
+            return _vol_forecast_params(context, dates)
+        return _best_constant_params(context, dates)
     except ValueError as exc:
         raise DataError(f"{name}: the train split ({len(train)} bars) is too short: {exc}") from exc
 
 
-def _best_constant_params(context: ReportContext, span: str) -> tuple[dict[str, Any], str]:
+def _best_constant_params(context: ReportContext, dates: str) -> tuple[dict[str, Any], str]:
     env, target = context.config.env, context.config.rewards.vol_target
     size, misses = best_constant_exposure(context.splits.train, sizes=env.exposures, target_vol=target,
                                           every=env.decision_every, first=env.warmup_bars)
     shown = ", ".join(f"{level:g}: {miss:.3f}" for level, miss in misses.items())
-    return {"size": size}, f"holds {size:g} of equity, the size with the lowest mean mandate penalty on {span}; {shown})"
+    return {"size": size}, (f"holds {size:g} of equity, the size with the lowest mean mandate penalty on the "
+                            f"train split ({dates}; {shown})")
 
 
-def _vol_forecast_params(context: ReportContext, span: str) -> tuple[dict[str, Any], str]:
+def _vol_forecast_params(context: ReportContext, dates: str) -> tuple[dict[str, Any], str]:
     env, target = context.config.env, context.config.rewards.vol_target
     short, long = env.volatility_bars, LONG_FACTOR * env.volatility_bars
     fit = fit_vol_forecast(context.splits.train, every=env.decision_every, first=env.warmup_bars, short=short,
@@ -440,7 +441,8 @@ def _vol_forecast_params(context: ReportContext, span: str) -> tuple[dict[str, A
     note = (
         f"holds the size with the lowest expected penalty under the forecast log σ = {fit.intercept:.3f} + "
         f"{fit.short_coef:.3f} log σ_{short} + {fit.long_coef:.3f} log σ_{long} (residual sd "
-        f"{math.sqrt(fit.residual_var):.3f}, R² {fit.r_squared:.2f}) fitted on {span}; {fit.decisions} decisions)"
+        f"{math.sqrt(fit.residual_var):.3f}, R² {fit.r_squared:.2f}) fitted on the train split ({dates}; "
+        f"{fit.decisions} decisions)"
     )
     return params, note
 

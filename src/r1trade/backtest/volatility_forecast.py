@@ -12,8 +12,8 @@ is tested on.
 
 Under the mandate's squared relative miss, the size to hold is not σ* / σ̂: with σ uncertain, the expected miss
 E[((w σ − σ*) / σ*)²] = (w² E[σ²] − 2 w σ* E[σ] + σ*²) / σ*² is lowest at w = σ* E[σ] / E[σ²], which shrinks
-the size the more uncertain the forecast is. `forecast_sizes` takes the size of the mandate's set with the lowest
-expected miss under the fitted log-normal: E[σ] = exp(μ + s² / 2), E[σ²] = exp(2 μ + 2 s²).
+the size the more uncertain the forecast is. `forecast_sizes` takes the size of the mandate's set with the
+lowest expected miss under the fitted log-normal: E[σ] = exp(μ + s² / 2), E[σ²] = exp(2 μ + 2 s²).
 """
 
 from __future__ import annotations
