@@ -191,13 +191,9 @@ def decision_group_advantages(
     tensor([[-1.,  0.],
             [ 1.,  0.]])
     """
-    n, d = decision_rewards.shape
-    keep = present.bool()  # (N, D)
+    d = decision_rewards.shape[1]
     step_groups = group_ids[:, None] * d + torch.arange(d, device=group_ids.device)  # (N, D) unique per (g, k)
-    out = torch.zeros_like(decision_rewards)
-    if keep.any():
-        out[keep] = group_relative(decision_rewards[keep], step_groups[keep], baseline, eps=eps)
-    return out
+    return step_group_advantages(decision_rewards, present, step_groups, baseline, eps=eps)
 
 
 @torch.no_grad()
