@@ -18,7 +18,13 @@ import pytest
 from env_fixtures import daily
 
 from r1trade.backtest import mandate, strategies, volatility_forecast
-from r1trade.backtest.mandate import decided_at, decision_sigmas, mandate_rows, with_mandate
+from r1trade.backtest.mandate import (
+    decided_at,
+    decision_sigmas,
+    mandate_rows,
+    size_volatility_correlation,
+    with_mandate,
+)
 from r1trade.backtest.runner import load_context, mandate_params, run_baseline
 from r1trade.backtest.strategies import best_constant_exposure, constant_exposure, random_sizes, vol_target
 from r1trade.backtest.volatility_forecast import fit_vol_forecast, vol_forecast
@@ -29,7 +35,7 @@ from r1trade.env.volatility import realised_volatility
 SIZES = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]
 A = 0.8 / math.sqrt(730)
 """A daily log-return whose alternating pair (A, -A) has an annualised volatility of 0.8: std A·√2, × √365."""
-ROWS = ("Mandate Penalty", "Realised Volatility [%]", "Target Volatility [%]")
+ROWS = ("Mandate Penalty", "Realised Volatility [%]", "Target Volatility [%]", "Size-Volatility Rank Correlation")
 
 
 @pytest.mark.parametrize("module", [mandate, strategies, volatility_forecast])
@@ -117,13 +123,30 @@ def test_decided_at_and_the_rows_by_hand() -> None:
     assert decided_at(target, np.array([1, 4])).tolist() == [0.0, 0.2, 0.2, 0.2, 0.5, 0.5]
     sigmas = np.array([0.8, 0.4])
     # 0.5 against 80 % then 40 %: delivered 40 % (a miss of 0), then 20 % (((0.2 - 0.4) / 0.4)² = 0.25): mean
-    # 0.125; delivered variances 0.16 and 0.04: RMS sqrt(0.1) = 31.6228 %
-    expected = dict(zip(ROWS, [0.125, 31.6228, 40.0], strict=True))
-    assert mandate_rows(np.array([0.5, 0.5]), sigmas, target_vol=0.4) == pytest.approx(expected, abs=1e-4)
+    # 0.125; delivered variances 0.16 and 0.04: RMS sqrt(0.1) = 31.6228 %; a constant size has no correlation
+    expected = dict(zip(ROWS, [0.125, 31.6228, 40.0, math.nan], strict=True))
+    assert mandate_rows(np.array([0.5, 0.5]), sigmas, target_vol=0.4) == pytest.approx(
+        expected, abs=1e-4, nan_ok=True
+    )
     # a second seed holding 0 then 1: misses 1 and 0, so per decision (0 + 1) / 2 and (0.25 + 0) / 2, mean
-    # 0.3125; delivered variances (0.16, 0.04) and (0, 0.16): per decision 0.08 and 0.1, RMS sqrt(0.09) = 30 %
+    # 0.3125; delivered variances (0.16, 0.04) and (0, 0.16): per decision 0.08 and 0.1, RMS sqrt(0.09) = 30 %.
+    # The correlation pools the seeds' (size, σ) pairs (0.5, 0.8), (0.5, 0.4), (0, 0.8), (1, 0.4): ranks
+    # (2.5, 2.5, 1, 4) and (3.5, 1.5, 3.5, 1.5), centred (0, 0, -1.5, 1.5) and (1, -1, 1, -1): -3 / sqrt(4.5 · 4)
     seeded = mandate_rows(np.array([[0.5, 0.5], [0.0, 1.0]]), sigmas, target_vol=0.4)
-    assert seeded == pytest.approx(dict(zip(ROWS, [0.3125, 30.0, 40.0], strict=True)))
+    assert seeded == pytest.approx(dict(zip(ROWS, [0.3125, 30.0, 40.0, -1 / math.sqrt(2)], strict=True)))
+
+
+def test_the_size_volatility_correlation_by_hand_and_per_resample() -> None:
+    sizes, sigmas = np.array([1.0, 0.5, 0.5, 0.25]), np.array([0.2, 0.4, 0.5, 0.8])
+    # ranks (4, 2.5, 2.5, 1) and (1, 2, 3, 4), centred (1.5, 0, 0, -1.5) and (-1.5, -0.5, 0.5, 1.5):
+    # -4.5 / sqrt(4.5 · 5) = -0.9487
+    assert size_volatility_correlation(sizes, sigmas) == pytest.approx([-0.9486833])
+    assert size_volatility_correlation(sizes[::-1], sigmas) == pytest.approx([0.9486833])  # the mirror image
+    resamples = np.array([[0, 1, 2, 3], [0, 0, 1, 1], [1, 2, 1, 2], [3, 3, 3, 3]])
+    # the same decisions; (1, 1, 0.5, 0.5) against (0.2, 0.2, 0.4, 0.4): -1; 0.5 alone: none; one decision: none
+    assert size_volatility_correlation(sizes, sigmas, resamples) == pytest.approx(
+        [-0.9486833, -1.0, math.nan, math.nan], nan_ok=True
+    )
 
 
 # --------------------------------------------------------------------------- the runner under the mandate
@@ -190,6 +213,14 @@ def test_every_baseline_decides_at_the_decision_bars_with_its_sizes(context) -> 
         mix = [value for key, value in run.extra.items() if key.startswith("Exposure Mix")]
         assert sum(mix) == pytest.approx(100)
     assert "Mandate Penalty − best_constant" not in scored[1].ci95
+    rho = {run.name: (run.metrics[ROWS[3]], run.ci95[ROWS[3]]) for run in scored}
+    for name in ("vol_target", "vol_forecast"):  # both hold less when the volatility clusters high
+        value, (low, high) = rho[name]
+        assert low <= value <= high < 0, name
+    value, (low, high) = rho["random_sizes"]  # sizes drawn blind: no correlation to speak of
+    assert low < 0 < high and abs(value) < 0.1
+    for name in ("best_constant", "buy_and_hold"):  # one size: none
+        assert math.isnan(rho[name][0]) and all(map(math.isnan, rho[name][1])), name
     low, high = scored[0].ci95["Mandate Penalty − best_constant"]
     assert low <= high
     twin = with_mandate([runs[1], replace(runs[1], name="twin")], decision_sigmas(context), context)[1]

@@ -58,7 +58,7 @@ def test_a_record_joins_held_out_rows_with_the_training_cost(tmp_path: Path) -> 
         "direction_accuracy_by_decision": [0.8, 0.775], "seed": None,  # 2-decision windows: 80 % then 77.5 %
         "mandate_penalty": None, "warmstart_mandate_penalty": None, "vol_target_rule_penalty": None,
         "best_constant_penalty": None, "vol_forecast_penalty": None, "realised_volatility_pct": None,
-        "target_volatility_pct": None, "updates": 3, "train_minutes": 7.0, "command": "r1trade backtest ...",
+        "size_volatility_correlation": None, "target_volatility_pct": None, "updates": 3, "train_minutes": 7.0, "command": "r1trade backtest ...",
     }
 
 
@@ -82,7 +82,7 @@ def test_a_mandate_record_holds_the_penalties_of_the_agent_its_warm_start_and_th
     rows = document["strategies"]
     penalty = lambda value, volatility=None: {"Mandate Penalty": value, "Realised Volatility [%]": volatility,
                                               "Target Volatility [%]": 40.0}
-    rows["agent (step-3)"].update(penalty(0.25, 41.5))
+    rows["agent (step-3)"].update({**penalty(0.25, 41.5), "Size-Volatility Rank Correlation": -0.4})
     rows["base model"].update(penalty(0.75))
     rows["vol_target"] = {**_row(None, 5.0), **penalty(0.2)}
     rows["best_constant"] = {**_row(None, 4.0), **penalty(0.45)}
@@ -90,22 +90,26 @@ def test_a_mandate_record_holds_the_penalties_of_the_agent_its_warm_start_and_th
     (report / "metrics.json").write_text(json.dumps(document))
     record = ladder_record(report, checkpoint, level="vol_target", variant="v", model="m", command="c", seed=1)
     fields = ("level", "mandate_penalty", "warmstart_mandate_penalty", "vol_target_rule_penalty",
-              "best_constant_penalty", "vol_forecast_penalty", "realised_volatility_pct", "target_volatility_pct")
+              "best_constant_penalty", "vol_forecast_penalty", "realised_volatility_pct", "target_volatility_pct",
+              "size_volatility_correlation")
     assert {k: record[k] for k in fields} == {
         "level": "vol_target", "mandate_penalty": 0.25, "warmstart_mandate_penalty": 0.75,
         "vol_target_rule_penalty": 0.2, "best_constant_penalty": 0.45, "vol_forecast_penalty": 0.3,
-        "realised_volatility_pct": 41.5, "target_volatility_pct": 40.0,
+        "realised_volatility_pct": 41.5, "target_volatility_pct": 40.0, "size_volatility_correlation": -0.4,
     }
     path = tmp_path / "ladder.json"
     add_record(path, record)
     add_record(path, {**record, "seed": 2, "mandate_penalty": 0.35})
-    older = {key: value for key, value in record.items() if key != "vol_forecast_penalty"}
+    older = {key: value for key, value in record.items()
+             if key not in ("vol_forecast_penalty", "size_volatility_correlation")}
     add_record(path, {**older, "seed": 3, "mandate_penalty": 0.3})  # a record from before vol_forecast
     assert main(["ladder-summary", "--level", "vol_target", "--ladder", str(path)]) == 0
     out = capsys.readouterr().out
     # penalties 0.25, 0.35 and 0.3: mean 0.300, sd 0.05; vol_forecast's 0.3 over the two records that hold it
     assert "| Mandate Penalty |" in out and "0.300 ± 0.050 [0.250, 0.350]" in out and "0.450" in out
     assert "| vol_forecast's |" in out
+    assert "| Realised Volatility [%] | size-volatility ρ | Return [%] |" in out
+    assert "| -0.400 ± 0.000 [-0.400, -0.400] |" in out  # as it is, over the two records that hold it
 
 
 def test_records_replace_their_level_and_variant_and_keep_the_rest(tmp_path: Path) -> None:

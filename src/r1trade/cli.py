@@ -47,7 +47,8 @@ LADDER_COLUMNS = {"direction_accuracy": "Direction Accuracy [%]", "signal_call_r
                   "return_pct": "Return [%]", "mandate_penalty": "Mandate Penalty",
                   "warmstart_mandate_penalty": "warm start's penalty", "vol_target_rule_penalty": "vol_target rule's",
                   "best_constant_penalty": "best constant's", "vol_forecast_penalty": "vol_forecast's",
-                  "realised_volatility_pct": "Realised Volatility [%]"}
+                  "realised_volatility_pct": "Realised Volatility [%]",
+                  "size_volatility_correlation": "size-volatility ρ"}
 
 ConfigOption = Annotated[
     str | None, typer.Option("--config", "-c", help="config name in configs/ (e.g. btc_momentum) or a YAML path")
@@ -606,13 +607,14 @@ def overfitting_command(
 
 
 def _spread_text(spread: dict | None, field: str) -> str:
-    """`mean ± sd [min, max]`, in percent for the rates; penalties as they are, to three decimals."""
+    """`mean ± sd [min, max]`, in percent for the rates; penalties and correlations as they are, to three
+    decimals."""
     if spread is None:
         return "—"
-    penalty = field.endswith("penalty")
-    scale = 1.0 if field.endswith("_pct") or penalty else 100.0
+    as_is = field.endswith(("penalty", "correlation"))
+    scale = 1.0 if field.endswith("_pct") or as_is else 100.0
     mean, sd, low, high = (scale * spread[k] for k in ("mean", "sd", "min", "max"))
-    digits = 3 if penalty else 1
+    digits = 3 if as_is else 1
     return (f"{mean:.{digits}f} ± {sd:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]" if spread["n"] > 1
             else f"{mean:.{digits}f}")
 

@@ -10,6 +10,9 @@ baseline decides only at those bars (`decided_at`), so its w is its target there
   is better);
 - `Realised Volatility [%]`: 100 × the root mean square of the delivered volatilities w σ, against
 - `Target Volatility [%]`: 100 σ*;
+- `Size-Volatility Rank Correlation`: Spearman's ρ between w and σ over the decisions: does a strategy hold
+  less through the more volatile days? A sizer that reads a volatility forecast is negative, a constant size
+  has none (NaN);
 - `Exposure Mix: <size> [%]` (below the metrics): the share of decisions held at each of `env.exposures`.
 
 Their 95 % intervals come from the stationary block bootstrap over decisions of the other intervals, with the
@@ -36,6 +39,7 @@ from r1trade.backtest.metrics import infer_bars_per_year
 from r1trade.backtest.report import (
     MANDATE_PENALTY,
     REALISED_VOLATILITY,
+    SIZE_VOLATILITY_CORRELATION,
     TARGET_VOLATILITY,
     ReportContext,
     StrategyRun,
@@ -92,13 +96,37 @@ def decided_at(target: pd.Series, decision_bars: np.ndarray) -> pd.Series:
 
 
 def mandate_rows(exposures: np.ndarray, sigmas: np.ndarray, *, target_vol: float) -> dict[str, float]:
-    """The mandate's rows of one run: mean penalty, realised against target volatility (see the module)."""
+    """The mandate's rows of one run: mean penalty, realised against target volatility, and how its sizes
+    follow the volatility (see the module)."""
     penalty, variance = _per_decision(exposures, sigmas, target_vol=target_vol)
     return {
         MANDATE_PENALTY: float(penalty.mean()),
         REALISED_VOLATILITY: 100.0 * math.sqrt(float(variance.mean())),
         TARGET_VOLATILITY: 100.0 * target_vol,
+        SIZE_VOLATILITY_CORRELATION: float(size_volatility_correlation(exposures, sigmas)[0]),
     }
+
+
+def size_volatility_correlation(
+    exposures: np.ndarray, sigmas: np.ndarray, indices: np.ndarray | None = None
+) -> np.ndarray:
+    """Spearman's ρ (ties at their average rank) between the sizes held and the volatility σ they were held
+    through, over every (seed, decision): exposures (D,) or (S, D), sigmas (D,); with `indices` (R, D), one ρ per
+    resample of decisions. -> (1,) or (R,); NaN where the sizes or the σ are constant.
+
+    >>> size_volatility_correlation(np.array([1.0, 0.5, 0.5, 0.25]), np.array([0.2, 0.4, 0.5, 0.8]))
+    array([-0.9486833])
+    """
+    exposures = np.atleast_2d(np.asarray(exposures, dtype=float))  # (S, D)
+    picks = np.arange(exposures.shape[1])[None, :] if indices is None else indices  # (R, D)
+    sizes = exposures[:, picks].transpose(1, 0, 2).reshape(len(picks), -1)  # (R, S·D)
+    vols = np.tile(np.asarray(sigmas, dtype=float)[picks], exposures.shape[0])  # (R, S·D)
+    ranked = [pd.DataFrame(values).rank(axis=1).to_numpy() for values in (sizes, vols)]
+    centred = [values - values.mean(axis=1, keepdims=True) for values in ranked]
+    spread = np.sqrt((centred[0] ** 2).sum(axis=1) * (centred[1] ** 2).sum(axis=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = (centred[0] * centred[1]).sum(axis=1) / spread
+    return np.where(spread > 1e-12, rho, np.nan)
 
 
 def with_mandate(
@@ -126,6 +154,9 @@ def with_mandate(
         intervals = {
             MANDATE_PENALTY: percentile_interval(penalty[indices].mean(axis=1)),
             REALISED_VOLATILITY: percentile_interval(100.0 * np.sqrt(variance[indices].mean(axis=1))),
+            SIZE_VOLATILITY_CORRELATION: percentile_interval(
+                size_volatility_correlation(run.exposures, sigmas, indices)
+            ),
         }
         if reference is not None and run.name != REFERENCE:
             difference = penalty - reference[0]  # (D,) paired, decision by decision

@@ -64,8 +64,8 @@ HIGHER_IS_BETTER = frozenset({
     "Equity Final", "Return [%]", "CAGR [%]", "Sharpe Ratio", "Sortino Ratio", "Calmar Ratio",
     "Max. Drawdown [%]", "Win Rate [%]", "Profit Factor", "Valid Tool Calls [%]", "Direction Accuracy [%]",
 })
-MANDATE_PENALTY, REALISED_VOLATILITY, TARGET_VOLATILITY = MANDATE_ROWS = (
-    "Mandate Penalty", "Realised Volatility [%]", "Target Volatility [%]"
+MANDATE_PENALTY, REALISED_VOLATILITY, TARGET_VOLATILITY, SIZE_VOLATILITY_CORRELATION = MANDATE_ROWS = (
+    "Mandate Penalty", "Realised Volatility [%]", "Target Volatility [%]", "Size-Volatility Rank Correlation"
 )
 """The volatility-target mandate's rows (`r1trade.backtest.mandate`), shown only under that mandate."""
 LOWER_IS_BETTER = frozenset({
@@ -73,7 +73,8 @@ LOWER_IS_BETTER = frozenset({
 })
 """Rows where one value is plainly best; exposure, trade count, fees, turnover, the action mix and its entropy
 describe but do not rank, nor does a mandate's realised volatility (its closeness to the target is the
-penalty)."""
+penalty) or its size-volatility correlation (how negative a good sizer's is depends on how forecastable the
+volatility is)."""
 
 MAX_HTML_TRADES = 500
 """Trades listed per strategy in the HTML page; trades.csv always has them all."""
@@ -259,7 +260,9 @@ class ReportContext:
             "market's realised volatility over those bars (std of log-returns, annualised over a 365-day "
             f"year). Mandate Penalty is the mean of ((w σ − {target:g} %) / {target:g} %)² over the "
             "decisions, the agent's reward with its sign turned (cash: 1, lower is better); Realised "
-            "Volatility [%] is the root mean square of w σ against Target Volatility [%]. best_constant holds "
+            "Volatility [%] is the root mean square of w σ against Target Volatility [%]. Size-Volatility Rank "
+            "Correlation is Spearman's between w and σ over the decisions: negative when a strategy holds less "
+            "through the more volatile days, none (—) for a constant size. best_constant holds "
             "the size with the lowest mean penalty on the train split, and vol_forecast the size with the "
             "lowest expected penalty under a forecast of σ fitted there on the two volatilities get_volatility "
             "shows; the Mandate Penalty − best_constant interval pairs a run with best_constant on the same "

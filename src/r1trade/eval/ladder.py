@@ -12,7 +12,7 @@ A record joins what a held-out backtest measured (its `metrics.json`) with what 
      "direction_accuracy_by_decision": [float, ...] | null, "mandate_penalty": float | null,
      "warmstart_mandate_penalty": float | null, "vol_target_rule_penalty": float | null,
      "best_constant_penalty": float | null, "vol_forecast_penalty": float | null,
-     "realised_volatility_pct": float | null,
+     "realised_volatility_pct": float | null, "size_volatility_correlation": float | null,
      "target_volatility_pct": float | null, "seed": int | null, "updates": int, "train_minutes": float,
      "command": str}
 
@@ -24,8 +24,9 @@ where RL mostly repairs the format, this is where the accuracy moves). `directio
 accuracy at decision 1, 2, ... of the report's windows where they have several decisions. `seed` tells apart the
 seeds of one variant (null: one run). The mandate's fields (the volatility-target rung, level `vol_target`) hold
 the report's `Mandate Penalty` of the agent, of its warm start and of the `vol_target`, `best_constant` and
-`vol_forecast` baselines, and the agent's realised and target volatility; null where the report has no mandate
-(and `vol_forecast_penalty` absent from records older than that baseline).
+`vol_forecast` baselines, the agent's realised and target volatility, and the rank correlation of its sizes
+with the volatility they were held through (null for a constant size); null where the report has no mandate
+(and `vol_forecast_penalty`, `size_volatility_correlation` absent from records older than those rows).
 
 `train_minutes` adds up the rollout, scoring and optimisation seconds of every update the checkpoint has seen
 (checkpoint writes and start-up excluded). A record with the same level, variant and seed as an older one
@@ -53,7 +54,8 @@ FORCED_HOLD_ROW = "Action Mix: Forced Hold [%]"
 BY_DECISION_ROW = "Direction Accuracy, decision {} [%]"
 SUMMARY_FIELDS = ("direction_accuracy", "signal_call_rate", "info_call_rate", "forced_hold_rate", "return_pct")
 MANDATE_SUMMARY_FIELDS = ("mandate_penalty", "warmstart_mandate_penalty", "vol_target_rule_penalty",
-                          "best_constant_penalty", "vol_forecast_penalty", "realised_volatility_pct", "return_pct")
+                          "best_constant_penalty", "vol_forecast_penalty", "realised_volatility_pct",
+                          "size_volatility_correlation", "return_pct")
 MANDATE_BASELINES = {"vol_target_rule_penalty": "vol_target", "best_constant_penalty": "best_constant",
                      "vol_forecast_penalty": "vol_forecast"}
 
@@ -113,6 +115,7 @@ def ladder_record(
         "warmstart_mandate_penalty": rows["warm start"].get("Mandate Penalty"),
         **{field: strategies.get(name, {}).get("Mandate Penalty") for field, name in MANDATE_BASELINES.items()},
         "realised_volatility_pct": rows["agent"].get("Realised Volatility [%]"),
+        "size_volatility_correlation": rows["agent"].get("Size-Volatility Rank Correlation"),
         "target_volatility_pct": rows["agent"].get("Target Volatility [%]"),
         "seed": seed,
         "updates": updates,
