@@ -1,12 +1,15 @@
 """`r1trade train --resume` of a `train.engine: trl` run: a run resumed from its step-1 checkpoint trains update 2
-as a run that never stopped does (the same weights, optimiser state, windows and metrics), and the CLI refuses a
-run with no checkpoint or nothing left to do in one line, and extends a finished run by `--set train.updates`."""
+as a run that never stopped does (the same weights, optimiser state, windows and metrics), a SIGTERM ends a run at
+such a checkpoint, and the CLI refuses a run with no checkpoint or nothing left to do in one line, and extends a
+finished run by `--set train.updates`."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,9 @@ from trl_fixtures import SHORT_EPISODES, run_r1trade, trl_config
 
 from r1trade.config import load_config
 from r1trade.integrations.trl import window_rows
+from r1trade.errors import TrainingInterrupted
 from r1trade.integrations.trl.engine import TRLTrainer
+from r1trade.integrations.trl.run_log import RunLog
 from r1trade.rl.checkpoint import OPTIMIZER_STEM, list_checkpoints
 from r1trade.rl.state_files import load_state
 from r1trade.safe_load import read_tensors
@@ -83,6 +88,28 @@ def test_a_run_resumed_from_step_1_trains_update_2_as_a_run_that_never_stopped(s
         assert_same_tensors(adam[index], parameter)
     expected, found = records(straight_run)[1], records(resumed)[1]
     assert {key: found[key] for key in TRAINING_FIGURES} == {key: expected[key] for key in TRAINING_FIGURES}
+
+
+def test_a_sigterm_during_update_1_ends_the_run_after_it_at_a_step_1_checkpoint_of_the_same_weights(
+    straight_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    add_episode, before = RunLog.add_episode, signal.getsignal(signal.SIGTERM)
+
+    def add_then_signal(self: RunLog, episode) -> None:
+        add_episode(self, episode)
+        if not self.stop.asked:
+            os.kill(os.getpid(), signal.SIGTERM)  # while update 1 is still playing its episodes
+
+    monkeypatch.setattr(RunLog, "add_episode", add_then_signal)
+    stopped = tmp_path / "stopped"
+    config = trl_config(*SHORT_EPISODES, "train.updates=2", "train.checkpoint_every=2")
+    with pytest.raises(TrainingInterrupted) as interrupted:
+        train_run(config, stopped, console=Console(file=io.StringIO()))
+    assert interrupted.value.checkpoint == stopped / "checkpoints" / "step-1"  # off the every-2 schedule
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert updates(stopped) == [1] and [step for step, _ in list_checkpoints(stopped)] == [1]
+    straight = straight_run / "checkpoints" / "step-1"
+    assert_same_tensors(read_tensors(stopped / "checkpoints" / "step-1" / ADAPTER), read_tensors(straight / ADAPTER))
 
 
 def test_the_cli_refuses_a_resume_with_nothing_to_do_in_one_line_and_extends_a_run(straight_run: Path,

@@ -159,14 +159,16 @@ def test_non_finite_loss_skips_the_step_and_keeps_weights(tmp_path: Path, monkey
         assert torch.equal(a, b)
 
 
-def test_ctrl_c_saves_the_last_finished_update(tmp_path: Path, monkeypatch):
-    trainer = make_trainer(make_config(updates=5, checkpoint_every=10), tmp_path)
+def test_an_update_cut_off_is_never_saved(tmp_path: Path, monkeypatch):
+    """A stop at once (a second signal) in the middle of update 4 keeps the checkpoint of update 2: update 3 was
+    not due one, and update 4 had moved the weights only in part."""
+    trainer = make_trainer(make_config(updates=5, checkpoint_every=2), tmp_path)
     real_update = Trainer.update
     calls = {"n": 0}
 
     def interrupted(self):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 4:
             raise KeyboardInterrupt
         return real_update(self)
 
@@ -175,7 +177,7 @@ def test_ctrl_c_saves_the_last_finished_update(tmp_path: Path, monkeypatch):
         trainer.train()
     assert caught.value.checkpoint == tmp_path / "checkpoints" / "step-2"
     assert latest_checkpoint(tmp_path) == caught.value.checkpoint
-    assert len(read_metrics(tmp_path)) == 2
+    assert len(read_metrics(tmp_path)) == 3
 
 
 @pytest.mark.parametrize(

@@ -1110,7 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except TrainingInterrupted as exc:
-        err_console.print(f"interrupted: {escape(str(exc))}")
+        err_console.print(f"interrupted: {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 130
     except (click.exceptions.Abort, typer.Abort, KeyboardInterrupt):
         err_console.print("interrupted")

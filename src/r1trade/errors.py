@@ -39,8 +39,10 @@ class ExchangeError(R1TradeError):
 
 
 class TrainingInterrupted(Exception):
-    """Ctrl-C during training; the checkpoint of the last finished update has been written."""
+    """Training stopped by a signal (`r1trade.rl.stopping`); `checkpoint` is the one to resume from (None: none
+    yet)."""
 
     def __init__(self, checkpoint: object) -> None:
-        super().__init__(f"training stopped; last checkpoint: {checkpoint}")
+        where = f"resume from {checkpoint}" if checkpoint is not None else "no checkpoint yet"
+        super().__init__(f"training stopped; {where}")
         self.checkpoint = checkpoint

@@ -8,7 +8,7 @@ One update reads top to bottom, CleanRL-style:
      decision or per anchor state as GiGPO) or normalised returns (REINFORCE++);
   4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask (per token, or per
      episode); clipped gradients; a non-finite loss or gradient skips the step;
-  5. log and checkpoint.
+  5. log and checkpoint (also after the update under way when a signal asks the run to stop).
 Under `accelerate launch` every process plays its own episodes and gradients are averaged before each step
 (`r1trade.rl.distributed`).
 Loss, KL, entropy and advantages count only the tokens the model sampled unless the ablation switches
@@ -57,6 +57,7 @@ from r1trade.rl.losses import (
 )
 from r1trade.rl.masks import masked_mean
 from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
+from r1trade.rl.stopping import StopRequest
 
 EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
 
@@ -110,22 +111,32 @@ class Trainer:
         return checkpoint
 
     def train(self) -> Path:
-        """Run the remaining updates; return the final checkpoint."""
+        """Run the remaining updates; return the final checkpoint. A first SIGINT or SIGTERM ends the run after
+        the update under way, checkpointed; a second at once, keeping the last complete checkpoint
+        (`r1trade.rl.stopping`). Either way `TrainingInterrupted` names the checkpoint to resume from."""
         cfg = self.config.train
         checkpoint = None
-        try:
-            while self.state.step < cfg.updates:
-                metrics = self.update()
-                self.state.step += 1
-                metrics["update"] = self.state.step
-                self._log(metrics)
-                if self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.updates:
-                    checkpoint = self.save()
-        except KeyboardInterrupt:
-            checkpoint = self.save() if self.state.step else None
-            raise TrainingInterrupted(checkpoint) from None
+        with StopRequest().listening() as stop:
+            try:
+                while self.state.step < cfg.updates:
+                    metrics = self.update()
+                    self.state.step += 1
+                    metrics["update"] = self.state.step
+                    self._log(metrics)
+                    stopping = self._asked_anywhere(stop)
+                    if stopping or self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.updates:
+                        checkpoint = self.save()
+                    if stopping and self.state.step < cfg.updates:
+                        raise TrainingInterrupted(checkpoint)
+            except KeyboardInterrupt:
+                raise TrainingInterrupted(latest_checkpoint(self.run_dir)) from None
         assert checkpoint is not None
         return checkpoint
+
+    def _asked_anywhere(self, stop: StopRequest) -> bool:
+        """Whether any process was asked to stop: all of them then stop after the same update."""
+        asked = torch.tensor([float(stop.asked is not None)])
+        return bool(self.distributed.reduce(asked, "max").item())
 
     def save(self) -> Path:
         """Checkpoint the run at its current step."""

@@ -113,11 +113,15 @@ class TRLTrainer:
         return Dataset.from_list(window_rows(self.config, count, first=first))
 
     def train(self) -> Path:
-        """Run the updates left; return the final checkpoint."""
-        try:
-            self.trainer.train()
-        except KeyboardInterrupt:
-            raise TrainingInterrupted(latest_checkpoint(self.run_dir)) from None
+        """Run the updates left; return the final checkpoint. Signals stop the run as they stop the native
+        trainer's (`r1trade.rl.stopping`), with `TrainingInterrupted`."""
+        with self.log.stop.listening():
+            try:
+                self.trainer.train()
+            except KeyboardInterrupt:
+                raise TrainingInterrupted(latest_checkpoint(self.run_dir)) from None
+        if self.log.stopped_at is not None:
+            raise TrainingInterrupted(self.log.stopped_at)
         return checkpoint_dir(self.run_dir, self.config.train.updates)  # (written by the main process)
 
 

@@ -1,6 +1,9 @@
 """A TrainerCallback that gives a TRL run r1trade's run folder: one `metrics.jsonl` record per update, with the
 native trainer's episode figures, and checkpoints every `train.checkpoint_every` updates and at the end.
 
+A signal that asks the run to stop (`r1trade.rl.stopping`; `stop`) ends it after the update under way, checkpointed
+(`stopped_at`), on every process alike.
+
 An update is one generation round (`settings.steps_per_update` optimiser steps); a resumed run numbers its updates
 after the checkpoint's (`earlier_updates`), as TRL counts its steps from 0 again. The episode figures (return, each
 reward component, valid-call rate, direction accuracy, PnL, information-tool use) come from the episodes the
@@ -28,7 +31,9 @@ from r1trade.integrations.trl.environment import Episode
 from r1trade.integrations.trl.settings import steps_per_update
 from r1trade.outputs import append_line
 from r1trade.rl.episode_metrics import episode_metrics
+from r1trade.rl.checkpoint import checkpoint_dir
 from r1trade.rl.metrics_log import METRICS_FILE
+from r1trade.rl.stopping import StopRequest
 
 TRL_NAMES = {"kl": "kl_ref", "entropy": "entropy", "grad_norm": "grad_norm", "loss": "loss",
              "learning_rate": "learning_rate", "clip_ratio/region_mean": "clipfrac"}
@@ -73,6 +78,9 @@ class RunLog(TrainerCallback):
         self.episodes: list[Episode] = []
         self.logs: list[dict[str, Any]] = []
         self.started = time.perf_counter()
+        self.stop = StopRequest()
+        self.stopped_at: Path | None = None
+        """The checkpoint of the update a stop signal ended the run after."""
 
     def add_episode(self, episode: Episode) -> None:
         self.episodes.append(episode)
@@ -87,15 +95,19 @@ class RunLog(TrainerCallback):
             return
         update = self.earlier_updates + state.global_step // self.per_update
         episodes = gather_object(self.episodes)  # every process's episodes (a collective: all processes get here)
+        stopping = any(gather_object([self.stop.asked is not None]))
         metrics = {"update": update, **update_metrics(episodes, self.logs)}
         metrics["update_seconds"] = time.perf_counter() - self.started
         self.episodes, self.logs, self.started = [], [], time.perf_counter()
+        train = self.config.train
+        if stopping and update < train.updates:
+            control.should_training_stop = True
+            self.stopped_at = checkpoint_dir(self.run_dir, update)
         if not state.is_world_process_zero:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         append_line(self.run_dir / METRICS_FILE, json.dumps(metrics, default=float))
-        train = self.config.train
-        if update % train.checkpoint_every == 0 or update == train.updates:
+        if stopping or update % train.checkpoint_every == 0 or update == train.updates:
             save_trl_checkpoint(
                 self.config, self.run_dir, update, model=model, tokenizer=self.tokenizer, optimizer=optimizer,
                 scheduler=lr_scheduler, sharded_optimizer=args.deepspeed_plugin is not None,
