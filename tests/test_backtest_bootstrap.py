@@ -15,7 +15,7 @@ from r1trade.backtest.bootstrap import (
     stationary_indices,
 )
 from r1trade.backtest.metrics import sharpe_ratio
-from r1trade.backtest.report import ReportContext
+from r1trade.backtest.report_runs import ReportContext
 from r1trade.backtest.runner import run_baseline
 from r1trade.backtest.uncertainty import paired_comparison, run_sample, verdict, with_uncertainty
 from r1trade.config import Config

@@ -14,7 +14,8 @@ from conftest import make_synthetic_candles
 from r1trade.backtest.bootstrap import DecisionSample
 from r1trade.backtest.ladder_overfitting import report_folder, report_returns
 from r1trade.backtest.overfitting import backtest_overfitting
-from r1trade.backtest.report import ReportContext, write_report
+from r1trade.backtest.report import write_report
+from r1trade.backtest.report_runs import ReportContext
 from r1trade.backtest.runner import run_backtest, run_baseline
 from r1trade.backtest.uncertainty import run_sample
 from r1trade.config import Config, load_config

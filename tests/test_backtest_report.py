@@ -13,16 +13,9 @@ from conftest import make_synthetic_candles
 from rich.console import Console
 
 from r1trade.backtest.engine import TRADE_COLUMNS
-from r1trade.backtest.report import (
-    ReportContext,
-    StrategyRun,
-    best_strategies,
-    comparison_tables,
-    format_value,
-    markdown_table,
-    trades_frame,
-    write_report,
-)
+from r1trade.backtest.report import trades_frame, write_report
+from r1trade.backtest.report_runs import ReportContext, StrategyRun, format_value
+from r1trade.backtest.report_text import best_strategies, comparison_tables, markdown_table
 from r1trade.backtest.runner import run_backtest, run_baseline
 from r1trade.backtest.strategies import make_targets
 from r1trade.config import Config

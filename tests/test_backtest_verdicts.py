@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import make_synthetic_candles
 
-from r1trade.backtest.report import ReportContext, write_report
+from r1trade.backtest.report import write_report
+from r1trade.backtest.report_runs import ReportContext
 from r1trade.backtest.runner import run_baseline
 from r1trade.backtest.significance import probabilistic_sharpe
 from r1trade.backtest.superiority import superiority_on_losses, superiority_test

@@ -17,17 +17,17 @@ import pytest
 from conftest import SAMPLE, make_synthetic_candles
 from env_fixtures import hold, long
 
-from r1trade.rollout.loop import Trajectory, Turn
 from r1trade.backtest import runner
 from r1trade.backtest.metrics import compute_metrics, sharpe_ratio
 from r1trade.backtest.model_runs import context_plan, model_run, play_windows
-from r1trade.backtest.report import ReportContext, StrategyRun
+from r1trade.backtest.report_runs import ReportContext, StrategyRun
 from r1trade.backtest.walk_forward import fold_contexts, pooled_run
 from r1trade.cli import main
 from r1trade.config import Config, load_config
 from r1trade.data.splits import after_train, fold_bounds, make_splits, split_by_fraction
 from r1trade.data.store import load_clean_candles
 from r1trade.errors import ConfigError, UsageError
+from r1trade.rollout.loop import Trajectory, Turn
 
 METRICS = ["Return [%]", "Sharpe Ratio", "Direction Accuracy [%]"]
 

@@ -40,7 +40,7 @@ from typing import Any
 from rich.console import Console
 
 from r1trade.backtest.paired_seeds import SUMMARY_FILE
-from r1trade.backtest.report import LOWER_IS_BETTER, MANDATE_PENALTY, REALISED_VOLATILITY
+from r1trade.backtest.report_runs import LOWER_IS_BETTER, MANDATE_PENALTY, REALISED_VOLATILITY
 from r1trade.backtest.runner import run_backtest
 from r1trade.backtest.step_selection import (
     DEFAULT_METRIC,

@@ -21,18 +21,9 @@ import pandas as pd
 from r1trade.backtest.bootstrap import DecisionSample
 from r1trade.backtest.metrics import cagr as annual_growth
 from r1trade.backtest.metrics import too_short_to_annualise
-from r1trade.backtest.report import (
-    FoldReport,
-    ReportContext,
-    StrategyRun,
-    markdown_table,
-    spa_document,
-    strategy_entry,
-    uncertainty_note,
-    verdict_lines,
-    verdicts_document,
-    verdicts_markdown,
-)
+from r1trade.backtest.report_json import spa_document, strategy_entry, verdicts_document
+from r1trade.backtest.report_runs import FoldReport, ReportContext, StrategyRun
+from r1trade.backtest.report_text import markdown_table, uncertainty_note, verdict_lines, verdicts_markdown
 from r1trade.backtest.runner import BacktestOutcome, default_report_dir, run_backtest
 from r1trade.backtest.uncertainty import run_sample, with_uncertainty
 from r1trade.backtest.verdicts import Trials, count_trials

@@ -36,7 +36,7 @@ import pandas as pd
 
 from r1trade.backtest.bootstrap import percentile_interval, stationary_indices
 from r1trade.backtest.metrics import infer_bars_per_year
-from r1trade.backtest.report import (
+from r1trade.backtest.report_runs import (
     MANDATE_PENALTY,
     REALISED_VOLATILITY,
     SIZE_VOLATILITY_CORRELATION,

@@ -34,7 +34,7 @@ import pandas as pd
 
 from r1trade.backtest.engine import TRADE_COLUMNS, round_trips
 from r1trade.backtest.metrics import compute_metrics, decision_hits, held_moves
-from r1trade.backtest.report import ReportContext, StrategyRun
+from r1trade.backtest.report_runs import ReportContext, StrategyRun
 from r1trade.config import Config
 from r1trade.data.splits import train_then_test
 from r1trade.data.synthetic import DecisionGrid, decision_grid
@@ -48,8 +48,8 @@ from r1trade.env.information import (
 from r1trade.errors import DataError
 
 if TYPE_CHECKING:
-    from r1trade.rollout.loop import TextEnv, Trajectory
     from r1trade.models.agent_models import AgentModels
+    from r1trade.rollout.loop import TextEnv, Trajectory
 
 TRADE_ACTION = {"Long": "long", "Short": "short", "Close": "close", "Hold": "hold", "Forced Hold": "hold"}
 """Each kind's trade action, for `Action Entropy [nats]` (a forced hold leaves the position as a hold)."""

@@ -44,7 +44,8 @@ from r1trade.backtest.fold_agents import (
 from r1trade.backtest.mandate import decided_at, decision_sigmas, is_mandate, with_mandate
 from r1trade.backtest.metrics import SECONDS_PER_YEAR, decision_hits, held_moves
 from r1trade.backtest.model_runs import WindowPlan, context_plan, run_model
-from r1trade.backtest.report import FoldReport, ReportContext, StrategyRun, write_report
+from r1trade.backtest.report import write_report
+from r1trade.backtest.report_runs import FoldReport, ReportContext, StrategyRun
 from r1trade.backtest.strategies import (
     ALL_STRATEGIES,
     MANDATE_STRATEGIES,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from r1trade.backtest.report import LOWER_IS_BETTER
+from r1trade.backtest.report_runs import LOWER_IS_BETTER
 from r1trade.backtest.runner import run_backtest
 from r1trade.config import Config, load_config
 from r1trade.errors import UsageError

@@ -34,7 +34,7 @@ from r1trade.backtest.bootstrap import (
     stationary_indices,
 )
 from r1trade.backtest.metrics import per_bar_rate
-from r1trade.backtest.report import ReportContext, StrategyRun
+from r1trade.backtest.report_runs import ReportContext, StrategyRun
 from r1trade.backtest.significance import deflated_sharpe
 from r1trade.backtest.verdicts import decision_returns, superiority_tests, track_record
 

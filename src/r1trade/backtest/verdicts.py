@@ -27,7 +27,7 @@ import numpy as np
 from r1trade.backtest.bootstrap import DecisionSample
 from r1trade.backtest.mandate import MANDATE_BENCHMARK, is_mandate
 from r1trade.backtest.metrics import per_bar_rate
-from r1trade.backtest.report import ReportContext
+from r1trade.backtest.report_runs import ReportContext
 from r1trade.backtest.significance import (
     MinTrackRecord,
     ProbabilisticSharpe,

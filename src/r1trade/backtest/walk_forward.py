@@ -9,7 +9,7 @@ split. Fold sizes differ by at most one bar (`r1trade.data.splits.fold_bounds`).
 its own: every strategy starts flat with the initial cash at the fold's first evaluated bar (a model's, after
 its warm-up, when models run), its signals computed from the whole span so that indicators have their history.
 
-The pooled run of a strategy chains its folds (`pooled_run`); `r1trade.backtest.report.POOLED_NOTE` defines
+The pooled run of a strategy chains its folds (`pooled_run`); `r1trade.backtest.report_json.POOLED_NOTE` defines
 its rows.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from r1trade.backtest.metrics import action_entropy, compute_metrics
-from r1trade.backtest.report import ReportContext, StrategyRun
+from r1trade.backtest.report_runs import ReportContext, StrategyRun
 from r1trade.data.splits import fold_bounds
 from r1trade.errors import UsageError
 

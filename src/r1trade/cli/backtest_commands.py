@@ -16,7 +16,7 @@ from r1trade.errors import UsageError
 
 if TYPE_CHECKING:
     from r1trade.backtest.assets import AssetsOutcome
-    from r1trade.backtest.report import ReportContext, StrategyRun
+    from r1trade.backtest.report_runs import ReportContext, StrategyRun
     from r1trade.backtest.runner import BacktestOutcome
 
 BASE_MODEL = "base-model"
@@ -154,7 +154,7 @@ def backtest(
 
 def _show_backtest(outcome: BacktestOutcome, resolved: Config, *, label: str = "") -> None:
     """A backtest's tables, verdicts and notes, and where its report went; `label`: its asset's."""
-    from r1trade.backtest.report import comparison_tables, fold_tables, uncertainty_note, verdict_lines
+    from r1trade.backtest.report_text import comparison_tables, fold_tables, uncertainty_note, verdict_lines
 
     index, env = outcome.context.candles.index, resolved.env
     pooled = f" · pooled over {len(outcome.folds)} walk-forward folds" if outcome.folds else ""
@@ -185,7 +185,7 @@ def _show_backtest(outcome: BacktestOutcome, resolved: Config, *, label: str = "
 
 def _show_verdicts(runs: list[StrategyRun], context: ReportContext) -> None:
     """The Verdicts section: PSR and minimum track record per run, then SPA and StepM per benchmark."""
-    from r1trade.backtest.report import comparison_tables, superiority_lines, verdict_runs, verdicts_note
+    from r1trade.backtest.report_text import comparison_tables, superiority_lines, verdict_runs, verdicts_note
 
     shown = verdict_runs(runs)
     if not shown:
@@ -200,7 +200,7 @@ def _show_verdicts(runs: list[StrategyRun], context: ReportContext) -> None:
 def _show_pooled_assets(assets: AssetsOutcome, resolved: Config) -> None:
     """The runs pooled over a backtest's assets, their verdicts and how they are pooled."""
     from r1trade.backtest.assets import POOLED_ASSETS_NOTE
-    from r1trade.backtest.report import comparison_tables, uncertainty_note, verdict_lines
+    from r1trade.backtest.report_text import comparison_tables, uncertainty_note, verdict_lines
 
     if assets.pooled is None:
         console.print("Not pooled: the assets' bar lengths differ (see each asset's report).", markup=False)

@@ -97,7 +97,7 @@ def paper_report_command(
 ) -> None:
     """A paper run's report from its journal, as a backtest's (metrics, trades, equity chart, HTML), beside
     buy-and-hold over the same candles."""
-    from r1trade.backtest.report import comparison_tables
+    from r1trade.backtest.report_text import comparison_tables
     from r1trade.paper.report import paper_report
 
     report = paper_report(journal, out, force=force)

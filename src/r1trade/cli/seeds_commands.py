@@ -89,7 +89,7 @@ def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
     """Each seed's chosen step and figures, then each figure's mean, sd, worst seed and IQM (short headers:
     the full names are in seeds.json); a figure no seed's report has (the mandate's outside its rung) is left
     out."""
-    from r1trade.backtest.report import MANDATE_PENALTY, REALISED_VOLATILITY
+    from r1trade.backtest.report_runs import MANDATE_PENALTY, REALISED_VOLATILITY
     from r1trade.eval.ladder import SIGNAL_ROW
     from r1trade.seeds import ACCURACY, FIGURES, GAIN, INFO_CALLS, RETURN
 

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from r1trade.backtest.metrics import SECONDS_PER_YEAR
 from r1trade.backtest.model_runs import WindowPlan, WindowPlay, model_run
-from r1trade.backtest.report import ReportContext, StrategyRun, write_report
+from r1trade.backtest.report import write_report
+from r1trade.backtest.report_runs import ReportContext, StrategyRun
 from r1trade.backtest.runner import run_baseline
 from r1trade.config import Config
 from r1trade.data.splits import Splits
