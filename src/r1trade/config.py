@@ -2,8 +2,8 @@
 
 A config names everything a run depends on, so a run directory's `config.yaml` is enough to repeat it.
 Unknown keys are rejected (with the closest valid key), and wrong types name the field and the expected type.
-Config files may come from elsewhere, so YAML is read with limits (size, nesting, alias expansion) and numbers
-must be finite.
+Config files may come from elsewhere, so YAML is read with limits (size here; nesting, alias expansion, repeated
+keys in `r1trade.bounded_yaml`) and numbers must be finite.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from r1trade.errors import ConfigError, UsageError
+from r1trade.bounded_yaml import MAX_YAML_DEPTH, YamlLimitError, load_yaml
+from r1trade.errors import CLIP_LIMIT, ConfigError, UsageError, clip
 from r1trade.outputs import write_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -761,7 +762,7 @@ class SeedsConfig(Section):
             for item in overrides:
                 key = item.partition("=")[0].strip()
                 if any(key == name or key.startswith(f"{name}.") for name in SET_PER_SEED):
-                    raise ValueError(f"a restart may not set '{_clip(key)}': `r1trade seeds` sets it per seed")
+                    raise ValueError(f"a restart may not set '{clip(key)}': `r1trade seeds` sets it per seed")
         return restarts
 
 
@@ -805,97 +806,6 @@ class Config(Section):
 
 MAX_CONFIG_BYTES = 1 << 20
 """Configs are a few kilobytes; a larger file is refused without reading it all."""
-MAX_YAML_NODES = 100_000
-"""Nodes a document may expand to, an alias counting as a copy of its anchor (stops alias bombs)."""
-MAX_YAML_DEPTH = 50
-"""Nesting a document may have (configs need five levels); YAML's composer recurses once a level."""
-MAX_QUOTED = 80
-"""Characters of a given value or key an error message quotes."""
-
-_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-
-
-class YamlLimitError(yaml.MarkedYAMLError):
-    """A document refused by `_BoundedLoader`: too large, too deep, self-referring or ambiguous."""
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` that checks every node as it is composed, before any Python object is built.
-
-    It refuses documents that expand past MAX_YAML_NODES or nest past MAX_YAML_DEPTH, aliases inside their own
-    anchor, keys repeated in a mapping (the last would silently win) and plain numbers that YAML 1.1 reads in
-    another base (`010` is 8, `1:30` is 90).
-    """
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.depth = 0
-        self.composed = 0
-        self.sizes: dict[int, int] = {}  # id(node) -> nodes it expands to (composed nodes all stay alive)
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        """Compose one node, counting it and its children's expanded sizes against the limits."""
-        mark = self.peek_event().start_mark
-        alias = self.check_event(yaml.AliasEvent)
-        if not alias:
-            self.composed += 1
-        self.depth += 1
-        if self.depth > MAX_YAML_DEPTH:
-            raise YamlLimitError(problem=f"nested deeper than {MAX_YAML_DEPTH} levels", problem_mark=mark)
-        if self.composed > MAX_YAML_NODES:
-            raise YamlLimitError(problem=f"more than {MAX_YAML_NODES:,} nodes", problem_mark=mark)
-        node = super().compose_node(parent, index)
-        self.depth -= 1
-        if alias:
-            if id(node) not in self.sizes:
-                raise YamlLimitError(problem="an alias inside its own anchor", problem_mark=mark)
-            return node
-        if isinstance(node, yaml.MappingNode):
-            self._check_keys(node)
-            children = [child for pair in node.value for child in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = node.value
-        else:
-            self._check_number(node)
-            children = []
-        size = 1 + sum(self.sizes[id(child)] for child in children)
-        if size > MAX_YAML_NODES:
-            problem = f"aliases expand to more than {MAX_YAML_NODES:,} nodes"
-            raise YamlLimitError(problem=problem, problem_mark=mark)
-        self.sizes[id(node)] = size
-        return node
-
-    @staticmethod
-    def _check_keys(node: yaml.MappingNode) -> None:
-        """A repeated key would silently replace the first one's whole value (a whole section, say)."""
-        seen: set[tuple[str, str]] = set()
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                if (key.tag, key.value) in seen:
-                    problem = f"key '{_clip(key.value)}' repeated"
-                    raise YamlLimitError(problem=problem, problem_mark=key.start_mark)
-                seen.add((key.tag, key.value))
-
-    @staticmethod
-    def _check_number(node: yaml.ScalarNode) -> None:
-        """YAML 1.1 reads `010` as octal 8 and `1:30` as 90 (base 60): almost never what was meant."""
-        if node.tag in _NUMBER_TAGS and (":" in node.value or re.fullmatch(r"[-+]?0[0-9_]+", node.value)):
-            raise YamlLimitError(
-                problem=f"ambiguous number '{_clip(node.value)}' (YAML 1.1 reads a leading 0 as octal and ':'"
-                " as base 60): drop the leading zeros, or quote it as text",
-                problem_mark=node.start_mark,
-            )
-
-
-def _load_yaml(text: str) -> Any:
-    """The one document in `text`, as `yaml.safe_load` reads it but within `_BoundedLoader`'s limits."""
-    loader = _BoundedLoader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
-
-
 def _read_text(path: Path) -> str:
     """A config file's text: at most MAX_CONFIG_BYTES of UTF-8."""
     try:
@@ -909,11 +819,6 @@ def _read_text(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-
-
-def _clip(text: str, limit: int = MAX_QUOTED) -> str:
-    """`text` cut to `limit` characters with an ellipsis, so that an error stays one short line."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
@@ -940,22 +845,22 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"bad --set '{_clip(item)}': expected section.key=value, e.g. env.fee_bps=5")
+            raise ConfigError(f"bad --set '{clip(item)}': expected section.key=value, e.g. env.fee_bps=5")
         parts = key.strip().split(".")
         if len(parts) > MAX_YAML_DEPTH:
-            raise ConfigError(f"bad --set '{_clip(key)}': more than {MAX_YAML_DEPTH} levels")
+            raise ConfigError(f"bad --set '{clip(key)}': more than {MAX_YAML_DEPTH} levels")
         try:
-            value = _load_yaml(raw) if raw.strip() else ""
+            value = load_yaml(raw) if raw.strip() else ""
         except YamlLimitError as exc:
-            raise ConfigError(f"bad --set '{_clip(key)}': {exc.problem}") from None
+            raise ConfigError(f"bad --set '{clip(key)}': {exc.problem}") from None
         except yaml.YAMLError:
             value = raw
         node = nested
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                problem = f"'{_clip(part)}' is set both as a value and as a section"
-                raise ConfigError(f"bad --set '{_clip(item)}': {problem}")
+                problem = f"'{clip(part)}' is set both as a value and as a section"
+                raise ConfigError(f"bad --set '{clip(item)}': {problem}")
             node = child
         node[parts[-1]] = value
     return nested
@@ -1002,7 +907,7 @@ def without_retired_keys(
             continue
         if settings[key] != value and section not in unread:
             raise ConfigError(f"{source}: '{section}.{key}' was retired; only its old default {value!r} loads "
-                              f"(got {_clip(repr(settings[key]), MAX_QUOTED)})")
+                              f"(got {clip(repr(settings[key]))})")
         cleaned[section] = {k: v for k, v in settings.items() if k != key}
     return cleaned
 
@@ -1018,12 +923,12 @@ def load_config(
         path = resolve_config_path(name_or_path)
         source = str(path)
         try:
-            loaded = _load_yaml(_read_text(path))
+            loaded = load_yaml(_read_text(path))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
             problem = getattr(exc, "problem", None) or str(exc).partition("\n")[0] or "invalid YAML"
-            raise ConfigError(f"{source}:{where} {_clip(problem, 2 * MAX_QUOTED)}") from None
+            raise ConfigError(f"{source}:{where} {clip(problem, 2 * CLIP_LIMIT)}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -1046,11 +951,11 @@ def describe_validation_error(exc: ValidationError) -> str:
     dotted = ".".join(loc)
     if error["type"] == "extra_forbidden":
         hint = _closest_key(loc)
-        return f"unknown key '{_clip(dotted)}'" + (f" (did you mean '{hint}'?)" if hint else "")
+        return f"unknown key '{clip(dotted)}'" + (f" (did you mean '{hint}'?)" if hint else "")
     given = error.get("input")
-    shown = "" if isinstance(given, dict) else f" (got {_clip(repr(given))})"
+    shown = "" if isinstance(given, dict) else f" (got {clip(repr(given))})"
     more = f"; {len(exc.errors()) - 1} more problem(s)" if len(exc.errors()) > 1 else ""
-    return f"{_clip(dotted) or 'config'}: {_clip(error['msg'], 3 * MAX_QUOTED)}{shown}{more}"
+    return f"{clip(dotted) or 'config'}: {clip(error['msg'], 3 * CLIP_LIMIT)}{shown}{more}"
 
 
 def _closest_key(loc: list[str]) -> str | None:

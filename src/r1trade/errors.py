@@ -5,6 +5,14 @@ Usage and configuration mistakes exit with 2, failures while running exit with 1
 
 from __future__ import annotations
 
+CLIP_LIMIT = 80
+"""Characters of a given value or key an error message quotes."""
+
+
+def clip(text: str, limit: int = CLIP_LIMIT) -> str:
+    """`text` cut to `limit` characters with an ellipsis, so that an error stays one short line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class R1TradeError(Exception):
     """Base class for errors the CLI reports without a traceback."""

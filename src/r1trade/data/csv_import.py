@@ -47,7 +47,7 @@ from r1trade.data.store import (
     infer_timeframe,
     make_candles,
 )
-from r1trade.errors import DataError, UsageError
+from r1trade.errors import DataError, UsageError, clip
 
 CSV_FORMATS = ("auto", "canonical", "cryptodatadownload", "exchange", "ccxt")
 """`--format` choices of `r1trade import-csv`."""
@@ -60,6 +60,8 @@ TIME_NAMES = (
 
 _PRICE_NAMES = {name: (name, name[0], f"{name}_price", f"price_{name}") for name in COLUMNS[:4]}
 _VOLUME_NAMES = ("volume", "vol", "v", "base_volume", "volume_base", "volumefrom", "volume_from")
+_DATE_QUOTED = 40
+"""Characters of a date an error quotes."""
 _QUOTE_CURRENCIES = frozenset({
     "usd", "usdt", "usdc", "busd", "fdusd", "tusd", "dai", "eur", "gbp", "jpy", "krw", "try", "aud", "cad",
     "quote", "currency", "to", "notional",
@@ -385,8 +387,8 @@ def _day_or_month_first(text: pd.Series, path: Path, label: str) -> tuple[pd.Ser
     day_ok, month_ok = bool(day_first.notna().all()), bool(month_first.notna().all())
     if not (day_ok or month_ok):
         raise DataError(
-            f"'{path}': unreadable times in {label}: '{_clip(text[day_first.isna()].iloc[0])}' is no date read day "
-            f"first, '{_clip(text[month_first.isna()].iloc[0])}' none read month first"
+            f"'{path}': unreadable times in {label}: '{clip(text[day_first.isna()].iloc[0], _DATE_QUOTED)}' is no date "
+            f"read day first, '{clip(text[month_first.isna()].iloc[0], _DATE_QUOTED)}' none read month first"
         )
     if not month_ok:
         return day_first, "day/month/year dates (month first gives no date for some)"
@@ -398,8 +400,8 @@ def _day_or_month_first(text: pd.Series, path: Path, label: str) -> tuple[pd.Ser
     if day_steps == month_steps:
         sep, clock = parts[1].iloc[0], _clock_codes(rest.iloc[0])
         raise UsageError(
-            f"'{path}': dates like '{_clip(text.iloc[0])}' in {label} read day first or month first alike: pass "
-            f"--date-format '%d{sep}%m{sep}%Y{clock}' (day first) or '%m{sep}%d{sep}%Y{clock}' (month first)"
+            f"'{path}': dates like '{clip(text.iloc[0], _DATE_QUOTED)}' in {label} read day first or month first "
+            f"alike: pass --date-format '%d{sep}%m{sep}%Y{clock}' (day first) or '%m{sep}%d{sep}%Y{clock}' (month first)"
         )
     if day_steps < month_steps:
         return day_first, f"day/month/year dates (read month first, {month_steps:,} steps break the spacing)"
@@ -420,11 +422,6 @@ def _clock_codes(clock: str) -> str:
     """The strftime codes of a time after a date (` 10:00` → ` %H:%M`), or ` ...` for one it cannot tell."""
     codes = re.sub(r"\d{1,2}:\d{2}(:\d{2})?", lambda m: "%H:%M:%S" if m.group(1) else "%H:%M", clock, count=1)
     return " ..." if re.search(r"\d", codes) else codes
-
-
-def _clip(text: str, limit: int = 40) -> str:
-    """A value cut short for a one-line message."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _irregular_steps(stamps: pd.Series) -> int:
