@@ -169,8 +169,12 @@ def test_a_finished_seed_is_skipped_and_a_stopped_one_resumed(capsys, tmp_path: 
 
     monkeypatch.setattr(Trainer, "update", stopped_in_update_2)
     capsys.readouterr()
-    assert main([*command, "--seeds", "0-1"]) == 130
+    ladder = out / "ladder.json"
+    assert main([*command, "--seeds", "0-1", "--ladder", str(ladder), "--level", "planted_edge"]) == 130
     monkeypatch.undo()
+    # seed 0's record was added once it was tested, so seed 1's stop did not lose it
+    assert [r["seed"] for r in json.loads(ladder.read_text())] == [0]
+    assert "seed 0: ladder record added" in capsys.readouterr().out
     seed_1 = out / "seed-1" / "run"
     assert [p.name for p in (seed_1 / "checkpoints").iterdir()] == ["step-1"]
     assert not (seed_1 / "selected_step.json").exists()
@@ -178,7 +182,6 @@ def test_a_finished_seed_is_skipped_and_a_stopped_one_resumed(capsys, tmp_path: 
     step_1 = (seed_1 / "checkpoints" / "step-1" / STATE_FILE).stat()
 
     # the same command again, in a fresh process: seed 0 untouched, seed 1 continued from step 1
-    ladder = out / "ladder.json"
     again = [sys.executable, "-m", "r1trade.cli", *command, "--seeds", "0-1", "--ladder", str(ladder),
              "--level", "planted_edge"]
     done = subprocess.run(again, capture_output=True, text=True, timeout=300, check=False)

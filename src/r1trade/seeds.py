@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,11 +197,14 @@ def run_seeds(
     metric: str = DEFAULT_METRIC,
     every: int = 1,
     warm_from: Path | None = None,
+    on_tested: Callable[[SeedResult], None] | None = None,
     console: Console | None = None,
 ) -> SeedsOutcome:
     """Run config `config` with `overrides` for each of `seeds` into `out_dir` (default: `default_out_dir`),
     skipping what an earlier call finished, then write `OUT/seeds.json`; `warm`: see `wants_warmstart`;
-    `warm_from`: another seeds folder whose warm starts to start from (see the module's docstring)."""
+    `warm_from`: another seeds folder whose warm starts to start from (see the module's docstring);
+    `on_tested`: called with each seed's result as soon as it is tested (its ladder record, say), so that a
+    command stopped during a later seed has kept what the finished ones found."""
     console = console or Console()
     base = load_config(config, list(overrides))
     check_selectable(base, f"config '{config}'")
@@ -223,6 +226,8 @@ def run_seeds(
         for number, seed in enumerate(seeds, start=1):
             console.print(f"[bold]seed {seed}[/bold] ({number} of {len(seeds)})")
             results.append(_run_seed(recipe, seed, out_dir / f"seed-{seed}", warm_from=warm_from, console=console))
+            if on_tested is not None:
+                on_tested(results[-1])
         earlier = recipe_seeds_elsewhere(recipe, out_dir, skip=set(seeds), console=console)
         summarised = sorted(results + earlier, key=lambda result: result.seed)
         spreads = spread_by_figure({r.seed: r.figures for r in summarised}, FIGURES, lower_is_better=LOWER_IS_BETTER)
@@ -468,17 +473,14 @@ def ladder_model(config: Config, *, warm: bool) -> str:
     return text + (f"; of {runs} runs a seed (restarts), the one best on validation" if runs > 1 else "")
 
 
-def add_ladder_records(
-    outcome: SeedsOutcome, ladder: Path, *, level: Level, variant: str, model: str, command: str
+def add_ladder_record(
+    result: SeedResult, ladder: Path, *, level: Level, variant: str, model: str, command: str
 ) -> list[dict[str, Any]]:
-    """A ladder record per seed (`r1trade ladder-record`: its test report beside the model RL started from),
-    each replacing an older one of its level, variant and seed; returns the ladder's records."""
-    records: list[dict[str, Any]] = []
-    for result in outcome.results:
-        record = ladder_record(result.report, result.checkpoint, level=level, variant=variant, model=model,
-                               command=command, warmstart=STARTING_ROW, seed=result.seed)
-        records = add_record(ladder, record)
-    return records
+    """A seed's ladder record (`r1trade ladder-record`: its test report beside the model RL started from),
+    replacing an older one of its level, variant and seed; returns the ladder's records."""
+    record = ladder_record(result.report, result.checkpoint, level=level, variant=variant, model=model,
+                           command=command, warmstart=STARTING_ROW, seed=result.seed)
+    return add_record(ladder, record)
 
 
 def _still_chosen(selection: StepSelection | None, run_dir: Path, *, metric: str, every: int) -> bool:

@@ -32,7 +32,9 @@ def seeds_command(
     ] = None,
     metric: MetricOption = LADDER_COLUMNS["direction_accuracy"],
     every: EveryOption = 1,
-    ladder: Annotated[Path | None, typer.Option(help="also add a record per seed to this ladder")] = None,
+    ladder: Annotated[
+        Path | None, typer.Option(help="also add a record per seed to this ladder, as soon as the seed is tested")
+    ] = None,
     level: Annotated[str | None, typer.Option(help="with --ladder: planted_edge, btc, tool_gated, "
                                                    "multi_decision or vol_target")] = None,
     variant: Annotated[str | None, typer.Option(help="with --ladder: the records' variant (default: the "
@@ -50,7 +52,8 @@ def seeds_command(
     IQM. Run again after a stop: finished stages are skipped, unfinished training resumes."""
     from r1trade.eval.ladder import LEVELS
     from r1trade.seeds import (
-        add_ladder_records,
+        SeedResult,
+        add_ladder_record,
         default_out_dir,
         ladder_model,
         parse_seeds,
@@ -65,24 +68,25 @@ def seeds_command(
         raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
     resolved = resolve_config(config, set_)
     out = out or default_out_dir(resolved)
+    flags = [*(["--warmstart"] if warm else ["--no-warmstart"] if warm is False else []),
+             *(["--warmstart-from", str(warm_from)] if warm_from is not None else []),
+             *(part for item in set_ or [] for part in ("--set", item))]
+    command = shlex.join(["r1trade", "seeds", "--config", config, "--seeds", seeds, *flags,
+                          "--out", str(out), "--metric", metric, "--every", str(every)])
+    model = ladder_model(resolved, warm=wants_warmstart(resolved, warm))
+
+    def record(result: SeedResult) -> None:  # as soon as a seed is tested: a later seed's stop keeps it
+        records = add_ladder_record(result, ladder, level=level,  # type: ignore[arg-type]
+                                    variant=variant or out.name, model=model, command=command)
+        console.print(f"seed {result.seed}: ladder record added ({ladder}: {len(records)} records)",
+                      markup=False, highlight=False)
+
     outcome = run_seeds(config, set_ or [], chosen, warm=warm, out_dir=out, metric=metric, every=every,
-                        warm_from=warm_from, console=console)
+                        warm_from=warm_from, on_tested=None if ladder is None else record, console=console)
     held = ",".join(str(result.seed) for result in outcome.summarised)
     title = f"{config} · seeds {held} · step chosen on validation by {metric} · held out: test split"
     console.print(_seeds_table(outcome, title=escape(title)))
     print_wrote(str(outcome.file))
-    if ladder is not None:
-        flags = [*(["--warmstart"] if warm else ["--no-warmstart"] if warm is False else []),
-                 *(["--warmstart-from", str(warm_from)] if warm_from is not None else []),
-                 *(part for item in set_ or [] for part in ("--set", item))]
-        command = shlex.join(["r1trade", "seeds", "--config", config, "--seeds", seeds, *flags,
-                              "--out", str(out), "--metric", metric, "--every", str(every)])
-        model = ladder_model(resolved, warm=wants_warmstart(resolved, warm))
-        records = add_ladder_records(
-            outcome, ladder, level=level,  # type: ignore[arg-type]
-            variant=variant or out.name, model=model, command=command,
-        )
-        console.print(f"{ladder}: {len(records)} records", markup=False, highlight=False)
 
 
 def _seeds_table(outcome, *, title: str) -> Table:  # outcome: SeedsOutcome
