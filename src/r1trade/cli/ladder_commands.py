@@ -23,13 +23,24 @@ LADDER_COLUMNS = {"direction_accuracy": "Direction Accuracy [%]", "signal_call_r
                   "realised_volatility_pct": "Realised Volatility [%]",
                   "size_volatility_correlation": "size-volatility ρ"}
 
+LEVEL_HELP = "planted_edge, btc, tool_gated, multi_decision or vol_target"
+LevelOption = Annotated[str, typer.Option(help=LEVEL_HELP)]
+
+
+def check_level(level: str) -> None:
+    """`level` as a ladder level, or a one-line usage error naming them (read lazily: commands start fast)."""
+    from r1trade.eval.ladder import LEVELS
+
+    if level not in LEVELS:
+        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+
 
 
 @app.command("ladder-record")
 def ladder_record_command(
     report: Annotated[Path, typer.Option(help="a backtest report directory (its metrics.json)")],
     checkpoint: Annotated[Path, typer.Option(help="the evaluated checkpoint, runs/<name>/checkpoints/step-N")],
-    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated, multi_decision or vol_target")],
+    level: LevelOption,
     variant: Annotated[str, typer.Option(help="what the run is, e.g. 'rloo turn-level, full masks, seed 0'")],
     command: Annotated[str, typer.Option(help="the backtest command that wrote the report")],
     model: Annotated[str, typer.Option(help="the model and adapter, as the record should name them")],
@@ -40,10 +51,9 @@ def ladder_record_command(
     ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
 ) -> None:
     """Add a learning run's held-out figures to docs/results/ladder.json (one record per level, variant and seed)."""
-    from r1trade.eval.ladder import LEVELS, add_record, ladder_record
+    from r1trade.eval.ladder import add_record, ladder_record
 
-    if level not in LEVELS:
-        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+    check_level(level)
     record = ladder_record(report, checkpoint, level=level, variant=variant, model=model, command=command,
                            agent=agent, warmstart=warmstart, seed=seed)  # type: ignore[arg-type]
     records = add_record(ladder, record)
@@ -53,16 +63,15 @@ def ladder_record_command(
 
 @app.command("ladder-summary")
 def ladder_summary_command(
-    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated, multi_decision or vol_target")],
+    level: LevelOption,
     prefix: Annotated[str, typer.Option(help="only variants whose name starts with this")] = "",
     ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
 ) -> None:
     """Each variant's held-out figures over its seeds, mean ± standard deviation [range], as a Markdown table (the
     ablation tables of docs/results.md)."""
-    from r1trade.eval.ladder import LEVELS, read_ladder, summarise, summary_fields
+    from r1trade.eval.ladder import read_ladder, summarise, summary_fields
 
-    if level not in LEVELS:
-        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+    check_level(level)
     rows = summarise(read_ladder(ladder), level=level, prefix=prefix)
     if not rows:
         raise UsageError(f"{ladder} has no {level} records whose variant starts with '{prefix}'")
@@ -78,7 +87,7 @@ def ladder_summary_command(
 
 @app.command("overfitting")
 def overfitting_command(
-    level: Annotated[str, typer.Option(help="planted_edge, btc, tool_gated, multi_decision or vol_target")],
+    level: LevelOption,
     ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
     prefix: Annotated[str, typer.Option(help="only variants whose name starts with this")] = "",
     blocks: Annotated[int, typer.Option(help="S: the even number of blocks CSCV cuts the decisions into")] = 16,
@@ -86,10 +95,8 @@ def overfitting_command(
     """Probability of backtest overfitting (CSCV) over a level's runs, from the per-decision returns of the
     reports their ladder records name."""
     from r1trade.backtest.ladder_overfitting import ladder_overfitting
-    from r1trade.eval.ladder import LEVELS
 
-    if level not in LEVELS:
-        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+    check_level(level)
     result = ladder_overfitting(ladder, level, prefix=prefix, blocks=blocks)
     table = Table(title=f"{level} runs (trials) · {ladder}", title_justify="left")
     for column in ("variant", "seed", "report", "decisions"):

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from r1trade.cli.app import EveryOption, MetricOption, SetOption, app, console, print_wrote, resolve_config
-from r1trade.cli.ladder_commands import LADDER_COLUMNS
+from r1trade.cli.ladder_commands import LADDER_COLUMNS, LEVEL_HELP, check_level
 from r1trade.config import MAX_BOOTSTRAP_RESAMPLES
 from r1trade.errors import UsageError
 
@@ -35,8 +35,7 @@ def seeds_command(
     ladder: Annotated[
         Path | None, typer.Option(help="also add a record per seed to this ladder, as soon as the seed is tested")
     ] = None,
-    level: Annotated[str | None, typer.Option(help="with --ladder: planted_edge, btc, tool_gated, "
-                                                   "multi_decision or vol_target")] = None,
+    level: Annotated[str | None, typer.Option(help=f"with --ladder: {LEVEL_HELP}")] = None,
     variant: Annotated[str | None, typer.Option(help="with --ladder: the records' variant (default: the "
                                                      "--out folder's name)")] = None,
     warm_from: Annotated[
@@ -50,7 +49,6 @@ def seeds_command(
     on the validation split (likewise for each of the config's seeds.restarts, keeping the run best on
     validation), a test backtest beside the warm start; then each held-out figure's mean, sd, worst seed and
     IQM. Run again after a stop: finished stages are skipped, unfinished training resumes."""
-    from r1trade.eval.ladder import LEVELS
     from r1trade.seeds import (
         SeedResult,
         add_ladder_record,
@@ -64,8 +62,8 @@ def seeds_command(
     chosen = parse_seeds(seeds)
     if (ladder is None) != (level is None):
         raise UsageError("--ladder and --level go together: give both to add ladder records, or neither")
-    if level is not None and level not in LEVELS:
-        raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+    if level is not None:
+        check_level(level)
     resolved = resolve_config(config, set_)
     out = out or default_out_dir(resolved)
     flags = [*(["--warmstart"] if warm else ["--no-warmstart"] if warm is False else []),
