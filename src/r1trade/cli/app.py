@@ -70,7 +70,9 @@ def resolve_config(config: str | None, overrides: list[str] | None) -> Config:
 
 
 MetricOption = Annotated[
-    str, typer.Option(help="the agent's report row to maximise (higher is better), e.g. 'Return [%]'")
+    str | None,
+    typer.Option(help="the agent's report row to choose by: the highest wins, the lowest for a row such as "
+                 "'Mandate Penalty' (default: Direction Accuracy [%])"),
 ]
 EveryOption = Annotated[
     int, typer.Option(min=1, help="only the checkpoints whose step is a multiple of N, and the last")

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from r1trade.cli.app import EveryOption, MetricOption, SetOption, app, console, print_wrote, resolve_config
-from r1trade.cli.ladder_commands import LADDER_COLUMNS
 from r1trade.config import Config
 from r1trade.errors import UsageError
 
@@ -227,12 +226,14 @@ def select_step_command(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `r1trade train`")],
     split: Annotated[str, typer.Option(help="the split to choose on: validation (or train), never test")]
     = "validation",
-    metric: MetricOption = LADDER_COLUMNS["direction_accuracy"],
+    metric: MetricOption = None,
     every: EveryOption = 1,
 ) -> None:
-    """Choose a run's step without the test split: each checkpoint backtested greedily on --split, the highest
+    """Choose a run's step without the test split: each checkpoint backtested greedily on --split, the best
     --metric kept (the earliest of equal steps); writes RUN/selected_step.json."""
-    from r1trade.backtest.step_selection import SELECTION_FILE, select_step
+    from r1trade.backtest.step_selection import DEFAULT_METRIC, SELECTION_FILE, select_step
+
+    metric = metric or DEFAULT_METRIC
 
     def show(step: int, value: float) -> None:
         console.print(f"step {step:>4}: {metric} {value:.2f}", markup=False, highlight=False)

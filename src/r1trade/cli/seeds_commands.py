@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from r1trade.cli.app import EveryOption, MetricOption, SetOption, app, console, print_wrote, resolve_config
-from r1trade.cli.ladder_commands import LADDER_COLUMNS, LEVEL_HELP, check_level
+from r1trade.cli.ladder_commands import LEVEL_HELP, check_level
 from r1trade.config import MAX_BOOTSTRAP_RESAMPLES
 from r1trade.errors import UsageError
 
@@ -30,7 +30,7 @@ def seeds_command(
         Path | None,
         typer.Option("--out", "-o", help="the seeds' folder (default: <output_dir>/<name>-seeds)"),
     ] = None,
-    metric: MetricOption = LADDER_COLUMNS["direction_accuracy"],
+    metric: MetricOption = None,
     every: EveryOption = 1,
     ladder: Annotated[
         Path | None, typer.Option(help="also add a record per seed to this ladder, as soon as the seed is tested")
@@ -49,6 +49,7 @@ def seeds_command(
     on the validation split (likewise for each of the config's seeds.restarts, keeping the run best on
     validation), a test backtest beside the warm start; then each held-out figure's mean, sd, worst seed and
     IQM. Run again after a stop: finished stages are skipped, unfinished training resumes."""
+    from r1trade.backtest.step_selection import DEFAULT_METRIC
     from r1trade.seeds import (
         SeedResult,
         add_ladder_record,
@@ -60,6 +61,7 @@ def seeds_command(
     )
 
     chosen = parse_seeds(seeds)
+    metric = metric or DEFAULT_METRIC
     if (ladder is None) != (level is None):
         raise UsageError("--ladder and --level go together: give both to add ladder records, or neither")
     if level is not None:
