@@ -53,7 +53,8 @@ def test_a_run_stopped_by_sigterm_resumes_as_a_run_that_never_stopped(
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     err = capsys.readouterr().err
     assert "SIGTERM: stopping after this update" in err
-    assert f"training stopped; resume from {(RUN / 'checkpoints' / 'step-1').resolve()}\n" in err
+    step_1 = (RUN / "checkpoints" / "step-1").resolve()
+    assert f"training stopped at {step_1}; continue with: r1trade train --resume {RUN.resolve()}\n" in err
     assert [row["update"] for row in metrics(RUN)] == [1]  # update 1 finished, checkpointed off its schedule
     train("--resume", str(RUN))
 
@@ -74,7 +75,7 @@ def test_a_second_signal_stops_at_once_and_keeps_the_last_complete_checkpoint(
         signalled_at(patch, 3, [signal.SIGINT, signal.SIGINT])  # Ctrl-C twice after update 3 is logged
         assert main(["train", *TRAIN, "--set", "train.updates=4"]) == 130
     err = capsys.readouterr().err
-    assert f"training stopped; resume from {(RUN / 'checkpoints' / 'step-2').resolve()}\n" in err
+    assert f"training stopped at {(RUN / 'checkpoints' / 'step-2').resolve()}; continue with:" in err
     assert sorted(path.name for path in (RUN / "checkpoints").iterdir()) == ["step-2"]  # nothing saved at 3
     train("--resume", str(RUN))  # update 3 again, then 4
     assert [row["update"] for row in metrics(RUN)] == [1, 2, 3, 4]
@@ -96,4 +97,4 @@ def test_a_real_sigterm_ends_a_real_run_at_a_checkpoint(tmp_path: Path) -> None:
     done = [json.loads(line)["update"] for line in log.read_text().splitlines()]
     checkpoints = [path.name for path in (tmp_path / "smoke" / "checkpoints").iterdir()]
     assert done[-1] < 200 and f"step-{done[-1]}" in checkpoints  # the last update logged is the one saved
-    assert f"resume from {tmp_path / 'smoke' / 'checkpoints' / f'step-{done[-1]}'}\n" in err
+    assert f"stopped at {tmp_path / 'smoke' / 'checkpoints' / f'step-{done[-1]}'}; continue with:" in err

@@ -47,10 +47,15 @@ class ExchangeError(R1TradeError):
 
 
 class TrainingInterrupted(Exception):
-    """Training stopped by a signal (`r1trade.rl.stopping`); `checkpoint` is the one to resume from (None: none
-    yet)."""
+    """Training stopped by a signal (`r1trade.rl.stopping`); `checkpoint` is the last one kept (None: none yet),
+    and `resume` how to go on, as the command that ran the training says it (`continued_by`)."""
 
-    def __init__(self, checkpoint: object) -> None:
-        where = f"resume from {checkpoint}" if checkpoint is not None else "no checkpoint yet"
-        super().__init__(f"training stopped; {where}")
+    def __init__(self, checkpoint: object, resume: str = "") -> None:
+        kept = f"at {checkpoint}" if checkpoint is not None else "before its first checkpoint"
+        super().__init__(f"training stopped {kept}" + (f"; continue with: {resume}" if resume else ""))
         self.checkpoint = checkpoint
+        self.resume = resume
+
+    def continued_by(self, resume: str) -> TrainingInterrupted:
+        """The same stop, saying how to go on."""
+        return TrainingInterrupted(self.checkpoint, resume)

@@ -13,7 +13,7 @@ from rich.table import Table
 from r1trade.cli.app import EveryOption, MetricOption, SetOption, app, console, print_wrote, resolve_config
 from r1trade.cli.ladder_commands import LEVEL_HELP, check_level
 from r1trade.config import MAX_BOOTSTRAP_RESAMPLES
-from r1trade.errors import UsageError
+from r1trade.errors import TrainingInterrupted, UsageError
 
 
 @app.command("seeds")
@@ -81,8 +81,11 @@ def seeds_command(
         console.print(f"seed {result.seed}: ladder record added ({ladder}: {len(records)} records)",
                       markup=False, highlight=False)
 
-    outcome = run_seeds(config, set_ or [], chosen, warm=warm, out_dir=out, metric=metric, every=every,
-                        warm_from=warm_from, on_tested=None if ladder is None else record, console=console)
+    try:
+        outcome = run_seeds(config, set_ or [], chosen, warm=warm, out_dir=out, metric=metric, every=every,
+                            warm_from=warm_from, on_tested=None if ladder is None else record, console=console)
+    except TrainingInterrupted as stop:
+        raise stop.continued_by("the same r1trade seeds command (what finished is skipped)") from None
     held = ",".join(str(result.seed) for result in outcome.summarised)
     title = f"{config} · seeds {held} · step chosen on validation by {metric} · held out: test split"
     console.print(_seeds_table(outcome, title=escape(title)))

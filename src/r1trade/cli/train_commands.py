@@ -11,7 +11,7 @@ from rich.table import Table
 
 from r1trade.cli.app import ConfigOption, SetOption, app, console, print_wrote, resolve_config
 from r1trade.config import load_config
-from r1trade.errors import UsageError
+from r1trade.errors import TrainingInterrupted, UsageError
 from r1trade.outputs import resolve_output, write_file
 
 
@@ -161,7 +161,11 @@ def train(
     else:
         resolved = resolve_config(config, set_)
         run_dir = resolve_output(Path(resolved.output_dir) / resolved.name)  # `..` and links followed
-    checkpoint = train_run(resolved, run_dir, resume=resume is not None, force=force, console=console)
+    try:
+        checkpoint = train_run(resolved, run_dir, resume=resume is not None, force=force, console=console)
+    except TrainingInterrupted as stop:
+        again = f"r1trade train --resume {run_dir}" if stop.checkpoint is not None else "the same command"
+        raise stop.continued_by(again) from None
     if resolved.train.walk_forward is None:
         console.print(f"final checkpoint: [bold]{checkpoint}[/bold]")
     else:
