@@ -256,3 +256,12 @@ def test_a_training_log_whose_times_are_not_numbers_is_one_line(tmp_path: Path, 
     log.write_text("\n".join(lines) + "\n")
     with pytest.raises(UsageError, match="the record of update 2 holds an update or a time in seconds that is not"):
         training_cost(checkpoint)
+
+
+def test_the_commands_help_names_every_ladder_level_and_only_those() -> None:
+    # the help text is written out so that `r1trade --help` need not import the ladder; it must not drift from it
+    from r1trade.cli.ladder_commands import LEVEL_HELP
+    from r1trade.eval.ladder import LEVELS
+
+    named = LEVEL_HELP.replace(" or ", ", ").split(", ")
+    assert named == list(LEVELS)
