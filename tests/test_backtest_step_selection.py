@@ -1,6 +1,7 @@
 """`r1trade select-step`: the best step on figures worked by hand (ties to the earliest, NaN never), which
 steps `--every` evaluates, and end to end through the CLI on a tiny two-checkpoint run: the choice, each
-step's figure as `r1trade backtest --split validation` measures it, and the test split refused."""
+step's figure as `r1trade backtest --split validation` measures it, a stopped selection resumed at its next
+step, and the test split refused."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from r1trade.backtest.step_selection import SELECTION_FILE, best_step, steps_to_evaluate
+from r1trade.backtest import step_selection
+from r1trade.backtest.step_selection import (
+    PROGRESS_FILE,
+    SELECTION_FILE,
+    best_step,
+    select_step,
+    steps_to_evaluate,
+)
 from r1trade.cli import main
 from r1trade.errors import UsageError
 
@@ -108,3 +116,50 @@ def test_the_test_split_and_bad_input_are_refused_in_one_line(run_dir: Path, cap
         err = capsys.readouterr().err
         assert code == 2 and message in err and one_line(err), err
         assert not (run_dir / SELECTION_FILE).exists()
+
+
+class Stop(Exception):
+    """Stands for a stop (SIGTERM, Ctrl-C) between two steps."""
+
+
+def test_a_stopped_selection_resumes_at_its_next_step(run_dir: Path, monkeypatch) -> None:
+    (run_dir / SELECTION_FILE).unlink(missing_ok=True)
+
+    def stop_after_step_1(step: int, value: float) -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        select_step(run_dir, on_step=stop_after_step_1)
+    progress = json.loads((run_dir / PROGRESS_FILE).read_text())
+    assert not (run_dir / SELECTION_FILE).exists()
+    assert progress["split"] == "validation" and [row["step"] for row in progress["figures"]] == [1]
+
+    # a figure no backtest of this run gives, so that its use shows step 1 was not measured again
+    progress["figures"][0]["value"] = 101.0
+    (run_dir / PROGRESS_FILE).write_text(json.dumps(progress))
+    measured: list[str] = []
+    figure = step_selection._figure
+    monkeypatch.setattr(step_selection, "_figure",
+                        lambda config, checkpoint, metric: measured.append(checkpoint.name) or figure(
+                            config, checkpoint, metric))
+    selection = select_step(run_dir)
+    assert measured == ["step-2"]
+    assert selection.figures[1] == 101.0 and selection.step == 1
+    assert not (run_dir / PROGRESS_FILE).exists()  # the choice written, the progress goes
+
+    # figures of another metric are not this selection's: every step is measured again
+    (run_dir / PROGRESS_FILE).write_text(json.dumps({**progress, "metric": "Return [%]"}))
+    measured.clear()
+    assert select_step(run_dir).figures[1] != 101.0 and measured == ["step-1", "step-2"]
+    (run_dir / SELECTION_FILE).unlink()
+
+
+def test_a_damaged_progress_file_is_refused_in_one_line(run_dir: Path, capsys) -> None:
+    for content in ['{"split": "validation", "metric": "Direction Accuracy [%]", "figures": [{"step": "x"}]}',
+                    "[1, 2]", "{not json"]:
+        (run_dir / PROGRESS_FILE).write_text(content)
+        code = main(["select-step", str(run_dir)])
+        err = capsys.readouterr().err
+        assert code != 0 and PROGRESS_FILE in err and one_line(err), err
+        assert not (run_dir / SELECTION_FILE).exists()
+    (run_dir / PROGRESS_FILE).unlink()

@@ -7,7 +7,8 @@ best figure of the metric wins (the highest, or the lowest for a row of `LOWER_I
 mandate's penalty); a tie goes to the earliest step (the same figure for less training), and a
 step whose figure is not a number never wins. The test split is refused: a step picked on it would make the
 test figure the best of several tries. The figures and the choice go to `RUN/selected_step.json`, written last
-and whole.
+and whole. Each figure is also saved as it is measured (`RUN/selecting_step.json`, removed once the choice is
+written), so a selection that is stopped resumes at the next step: on a pretrained model each step is minutes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from r1trade.rl.checkpoint import list_checkpoints
 from r1trade.safe_load import read_json_object
 
 SELECTION_FILE = "selected_step.json"
+PROGRESS_FILE = "selecting_step.json"
 DEFAULT_METRIC = "Direction Accuracy [%]"
 SELECTION_SPLITS = ("validation", "train")
 """Splits a step may be chosen on; never the test split."""
@@ -54,8 +56,7 @@ class StepSelection:
     def to_dict(self) -> dict[str, Any]:
         return {
             "run": str(self.run_dir), "split": self.split, "metric": self.metric, "every": self.every,
-            "figures": [{"step": step, "value": None if math.isnan(value) else value}
-                        for step, value in sorted(self.figures.items())],
+            "figures": _rows(self.figures),
             "step": self.step, "checkpoint": str(self.checkpoint), "value": self.figures[self.step],
         }
 
@@ -126,14 +127,21 @@ def select_step(
         checkpoints = dict(list_checkpoints(run_dir))
         if not checkpoints:
             raise UsageError(f"'{run_dir}' has no complete checkpoint to choose from")
+        measured = _measured_before(run_dir, split, metric)
         figures: dict[int, float] = {}
         for step in steps_to_evaluate(list(checkpoints), every):
-            figures[step] = _figure(config, checkpoints[step], metric)
+            if step in measured:
+                figures[step] = measured[step]
+            else:
+                figures[step] = _figure(config, checkpoints[step], metric)
+                measured[step] = figures[step]
+                write_file(run_dir / PROGRESS_FILE, _figures_json(split, metric, measured))
             if on_step is not None:
                 on_step(step, figures[step])
         chosen = best_step(figures, lower_is_better=metric in LOWER_IS_BETTER)
         selection = StepSelection(run_dir, split, metric, every, figures, chosen)
         write_file(run_dir / SELECTION_FILE, json.dumps(selection.to_dict(), indent=1) + "\n")
+        (run_dir / PROGRESS_FILE).unlink(missing_ok=True)
     return selection
 
 
@@ -144,12 +152,40 @@ def read_selection(run_dir: Path) -> StepSelection | None:
         return None
     saved = read_json_object(path)
     try:
-        figures = {int(row["step"]): math.nan if row["value"] is None else float(row["value"])
-                   for row in saved["figures"]}
-        return StepSelection(run_dir, str(saved["split"]), str(saved["metric"]), int(saved["every"]), figures,
-                             int(saved["step"]))
+        return StepSelection(run_dir, str(saved["split"]), str(saved["metric"]), int(saved["every"]),
+                             _figures(saved["figures"]), int(saved["step"]))
     except (KeyError, TypeError, ValueError):
         raise UsageError(f"{path} is not what `r1trade select-step` writes: delete it to choose again") \
+            from None
+
+
+def _rows(figures: Mapping[int, float]) -> list[dict[str, Any]]:
+    """Figures as JSON rows by step, NaN written as null."""
+    return [{"step": step, "value": None if math.isnan(value) else value}
+            for step, value in sorted(figures.items())]
+
+
+def _figures(rows: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+    """`_rows` read back; raises KeyError, TypeError or ValueError on rows it did not write."""
+    return {int(row["step"]): math.nan if row["value"] is None else float(row["value"]) for row in rows}
+
+
+def _figures_json(split: str, metric: str, figures: Mapping[int, float]) -> str:
+    return json.dumps({"split": split, "metric": metric, "figures": _rows(figures)}, indent=1) + "\n"
+
+
+def _measured_before(run_dir: Path, split: str, metric: str) -> dict[int, float]:
+    """The figures a stopped selection of the same split and metric measured (step → value), else none."""
+    path = run_dir / PROGRESS_FILE
+    if not path.is_file():
+        return {}
+    saved = read_json_object(path)
+    try:
+        if (saved["split"], saved["metric"]) != (split, metric):
+            return {}
+        return _figures(saved["figures"])
+    except (KeyError, TypeError, ValueError):
+        raise UsageError(f"{path} is not what `r1trade select-step` writes: delete it to measure again") \
             from None
 
 
