@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r1trade.models.loading import load_agent_models
-from r1trade.models.agent_models import AgentModels
 from r1trade.config import ModelConfig
+from r1trade.models.agent_models import AgentModels
+from r1trade.models.loading import load_agent_models
 
 TOOL_CALL = (
     '<tool_call>{"name": "place_order", "arguments": {"side": "buy", "size": 0.5, "view": "bullish"}}</tool_call>'

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from env_fixtures import call, close, hold, long, short
 
-from r1trade.rollout.loop import Trajectory, Turn
 from r1trade.backtest.model_runs import (
     WINDOW_END,
     WindowPlan,
@@ -29,6 +28,7 @@ from r1trade.cli import main
 from r1trade.config import BacktestConfig, load_config
 from r1trade.env.trading_env import FixedStart, make_envs
 from r1trade.errors import DataError
+from r1trade.rollout.loop import Trajectory, Turn
 
 DEFAULT_STRATEGIES = BacktestConfig().strategies
 

@@ -12,12 +12,12 @@ import torch
 from agent_fixtures import TEXTS, ScriptedEnv, batch, perturb_trainable, tiny_config
 from test_rl_trainer import VowelEnv
 
-from r1trade.rollout.backend import SamplingConfig
-from r1trade.models.loading import CPU_KERNELS_ENV, cpu_kernels, load_agent_models, model_dtype
-from r1trade.rollout.build import transformers_engine
-from r1trade.models.scoring import token_logprobs_and_entropy
 from r1trade.config import load_config
+from r1trade.models.loading import CPU_KERNELS_ENV, cpu_kernels, load_agent_models, model_dtype
+from r1trade.models.scoring import token_logprobs_and_entropy
 from r1trade.rl.trainer import Trainer
+from r1trade.rollout.backend import SamplingConfig
+from r1trade.rollout.build import transformers_engine
 
 pytestmark = pytest.mark.cuda
 

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from env_fixtures import call, long
 
-from r1trade.models.chat import ChatTokens
-from r1trade.models.tokenizer import build_tiny_tokenizer
-from r1trade.env.demonstrations import random_decision
-from r1trade.warmstart import collect_demonstrations
 from r1trade.config import load_config
+from r1trade.env.demonstrations import random_decision
 from r1trade.env.information import accuracy_by_decision, information_use
 from r1trade.env.parsing import ParseError, parse_tool_call
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
+from r1trade.models.chat import ChatTokens
+from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.warmstart import collect_demonstrations
 
 PRICE_ONLY = ["env.observation=price_only", "env.episode_decisions=3", "env.max_tool_calls=4"]
 CHANGES = re.compile(r"^Change: 1 bar [+-]\d+\.\d\d% \| 4 bars [+-]\d+\.\d\d% \| 24 bars [+-]\d+\.\d\d%$")

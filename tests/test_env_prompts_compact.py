@@ -8,10 +8,10 @@ import json
 import pytest
 from env_fixtures import call, hold, make_env, random_candles
 
-from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.config import EnvConfig, load_config
 from r1trade.env import MarketReplay, TradingEnv
 from r1trade.errors import ConfigError
+from r1trade.models.tokenizer import build_tiny_tokenizer
 
 SMOLLM2_BUDGET = 250
 

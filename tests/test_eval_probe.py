@@ -11,16 +11,16 @@ import pytest
 import torch
 from env_fixtures import call
 
-from r1trade.rollout.backend import Generation
-from r1trade.rollout.loop import RolloutEngine
-from r1trade.models.loading import build_tiny_model
-from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import UsageError
 from r1trade.eval import probe as probe_module
 from r1trade.eval.action_stats import action_word_ids
 from r1trade.eval.probe import CALL_PREFIX, ProbePoint, carried_out, discrimination, probe, probe_points
+from r1trade.models.loading import build_tiny_model
+from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.rollout.backend import Generation
+from r1trade.rollout.loop import RolloutEngine
 
 PLANTED = ["data.synthetic.bars=1500", "env.prompt=compact"]
 

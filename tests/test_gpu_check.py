@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from r1trade.models.random_models import RANDOM_MODELS
 from r1trade.integrations.trl.settings import check_trl_settings
+from r1trade.models.random_models import RANDOM_MODELS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from trl_fixtures import SHORT_EPISODES, TRL, run_r1trade
 
-from r1trade.models.baked_tools import baked_tools
 from r1trade.integrations.trl import tool_schemas
+from r1trade.models.baked_tools import baked_tools
 from r1trade.rl.checkpoint import list_checkpoints, load_trained_agent
 
 

@@ -19,8 +19,8 @@ from rich.console import Console
 from trl_fixtures import SHORT_EPISODES, run_r1trade, trl_config
 
 from r1trade.config import load_config
-from r1trade.integrations.trl import window_rows
 from r1trade.errors import TrainingInterrupted
+from r1trade.integrations.trl import window_rows
 from r1trade.integrations.trl.engine import TRLTrainer
 from r1trade.integrations.trl.run_log import RunLog
 from r1trade.rl.checkpoint import OPTIMIZER_STEM, list_checkpoints

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 from trl_fixtures import TRL, trl_config
 
-from r1trade.models.baked_tools import bake_tools, baked_tools, without_baked_tools
-from r1trade.models.chat import ChatTokens
-from r1trade.models.tokenizer import build_tiny_tokenizer
-from r1trade.warmstart import collect_demonstrations
 from r1trade.config import load_config
 from r1trade.errors import ConfigError
 from r1trade.integrations.trl import environment_factory, tool_schemas
 from r1trade.integrations.trl.engine import without_tools_of
 from r1trade.integrations.trl.environment import tool_names
+from r1trade.models.baked_tools import bake_tools, baked_tools, without_baked_tools
+from r1trade.models.chat import ChatTokens
+from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.warmstart import collect_demonstrations
 
 CONVERSATION = [
     {"role": "system", "content": "You trade. é"},

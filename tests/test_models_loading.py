@@ -17,8 +17,10 @@ import torch
 from agent_fixtures import TEXTS, TOOL_CALL, batch, perturb_trainable, tiny_config
 from planted_models import gguf_file
 
+from r1trade.config import LoraConfig, ModelConfig, load_config
+from r1trade.errors import ConfigError, UsageError
 from r1trade.models import loading
-from r1trade.rollout.backend import SamplingConfig
+from r1trade.models.agent_models import reference_context, trainable_parameters
 from r1trade.models.loading import (
     CPU_KERNELS_ENV,
     build_tiny_model,
@@ -27,12 +29,10 @@ from r1trade.models.loading import (
     load_base_model,
     model_dtype,
 )
-from r1trade.rollout.build import transformers_engine
-from r1trade.models.agent_models import reference_context, trainable_parameters
 from r1trade.models.scoring import token_logprobs
 from r1trade.models.tokenizer import CHATML_TEMPLATE, SMOLLM2_PACKAGE, build_tiny_tokenizer
-from r1trade.config import LoraConfig, ModelConfig, load_config
-from r1trade.errors import ConfigError, UsageError
+from r1trade.rollout.backend import SamplingConfig
+from r1trade.rollout.build import transformers_engine
 
 # --------------------------------------------------------------------------- tiny model and tokenizer
 

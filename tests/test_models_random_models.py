@@ -7,12 +7,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from r1trade.models.loading import built_in_code, load_named_model
-from r1trade.models.random_models import RANDOM_MODELS, random_model_config
-from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.config import ModelConfig
 from r1trade.errors import ConfigError
 from r1trade.integrations.trl.engine import require_r1trade_calls
+from r1trade.models.loading import built_in_code, load_named_model
+from r1trade.models.random_models import RANDOM_MODELS, random_model_config
+from r1trade.models.tokenizer import build_tiny_tokenizer
 
 REAL = {  # parameter count (tied embeddings counted once), architecture, layers, heads, key/value heads
     "random:smollm2-135m": (135e6, "llama", 30, 9, 3),

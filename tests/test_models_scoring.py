@@ -7,8 +7,8 @@ import pytest
 import torch
 from agent_fixtures import TEXTS, TOOL_CALL, batch, perturb_trainable, tiny_config
 
-from r1trade.models.loading import load_agent_models
 from r1trade.models.agent_models import trainable_parameters
+from r1trade.models.loading import load_agent_models
 from r1trade.models.scoring import backbone_hidden, causal_lm, token_logprobs, token_logprobs_and_entropy
 
 

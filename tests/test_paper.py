@@ -25,7 +25,6 @@ from env_fixtures import call, close, hold, long, short
 from rich.console import Console
 
 import r1trade.paper.feed
-from r1trade.rollout.loop import Trajectory, Turn
 from r1trade.backtest.model_runs import model_run, plan_windows, play_windows
 from r1trade.backtest.runner import load_context
 from r1trade.cli import main
@@ -38,6 +37,7 @@ from r1trade.paper.journal import SKIPPED, Journal
 from r1trade.paper.report import paper_report
 from r1trade.paper.runner import GapPolicy, PaperTrader
 from r1trade.paper.view import LiveView, Status
+from r1trade.rollout.loop import Trajectory, Turn
 
 MALFORMED = "Up, I think. <tool_call>{not json</tool_call>"
 HOUR = 3_600_000

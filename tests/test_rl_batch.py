@@ -2,11 +2,11 @@
 
 import torch
 
-from r1trade.rollout.loop import Segment, Trajectory, Turn
 from r1trade.config import TrainConfig
 from r1trade.rl.advantages import compute_advantages, gae
 from r1trade.rl.batch import TrajectoryView, collate, trajectory_scores
 from r1trade.rl.group_filters import filter_top_groups
+from r1trade.rollout.loop import Segment, Trajectory, Turn
 
 
 def segment(ids, mask, rewards=None, logprobs=None) -> Segment:

@@ -8,10 +8,10 @@ import pytest
 import torch
 from agent_fixtures import TEXTS, batch, perturb_trainable, tiny_config
 
-from r1trade.models.loading import load_agent_models
-from r1trade.models.scoring import token_logprobs
 from r1trade.config import LoraConfig
 from r1trade.errors import UsageError
+from r1trade.models.loading import load_agent_models
+from r1trade.models.scoring import token_logprobs
 from r1trade.rl.checkpoint import load_critic, load_policy, save_critic, save_policy
 
 

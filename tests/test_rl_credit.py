@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-from r1trade.rollout.loop import Segment, Trajectory, Turn
 from r1trade.config import load_config
 from r1trade.errors import ConfigError
 from r1trade.rl.advantages import (
@@ -19,6 +18,7 @@ from r1trade.rl.advantages import (
     turn_discounts,
 )
 from r1trade.rl.batch import RolloutBatch, TurnView, collate
+from r1trade.rollout.loop import Segment, Trajectory, Turn
 
 
 def test_group_relative_baselines_by_hand() -> None:

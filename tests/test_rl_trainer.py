@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from r1trade.models.loading import load_agent_models
 from r1trade.config import Config, load_config
-from r1trade.rl import trainer as trainer_module
+from r1trade.models.loading import load_agent_models
 from r1trade.rl.checkpoint import latest_checkpoint
 from r1trade.rl.trainer import Trainer, TrainingInterrupted
 
@@ -259,8 +258,8 @@ def test_loss_mask_decides_whether_observation_tokens_get_gradient(tmp_path: Pat
 
 
 def test_episode_metrics_count_direction_accuracy_over_decisions_only():
-    from r1trade.rollout.loop import Trajectory, Turn
     from r1trade.rl.episode_metrics import episode_metrics
+    from r1trade.rollout.loop import Trajectory, Turn
 
     def turn(right):
         return Turn(0, 0, 1, "x", 0.0, False, {"parse_error": None, "tool_error": None, "direction_right": right})
@@ -273,8 +272,8 @@ def test_episode_metrics_count_direction_accuracy_over_decisions_only():
 
 
 def test_the_trade_actions_shares_and_a_collapse_to_one_action_is_warned(tmp_path: Path):
-    from r1trade.rollout.loop import Trajectory, Turn
     from r1trade.rl.episode_metrics import episode_metrics
+    from r1trade.rollout.loop import Trajectory, Turn
 
     def turn(action=None, target=0.0, forced=False):
         order = None if action is None else {"action": action, "target": target}

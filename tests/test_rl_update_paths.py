@@ -11,10 +11,10 @@ import pytest
 import torch
 from agent_fixtures import tiny_agent  # noqa: F401  (fixture)
 
-from r1trade.models.prefix import common_prefix_length
-from r1trade.models.loading import load_agent_models
-from r1trade.models.scoring import backbone_hidden
 from r1trade.config import load_config
+from r1trade.models.loading import load_agent_models
+from r1trade.models.prefix import common_prefix_length
+from r1trade.models.scoring import backbone_hidden
 from r1trade.rl.advantages import compute_advantages
 from r1trade.rl.batch import RolloutBatch, collate
 from r1trade.rl.losses import sequence_weights
@@ -276,6 +276,6 @@ def test_a_kl_placed_in_the_loss_adds_its_mean_to_the_ppo_loss(tmp_path):
                                extra=(f"train.kl_coef={coef}", "train.kl_placement=loss"))
         batch = compute_advantages(trainer.score(shared_batch()), trainer.config.train)
         results[coef] = trainer.loss(batch)
-    (plain, plain_stats), (anchored, anchored_stats) = results[0.0], results[0.5]
+    (plain, _), (anchored, anchored_stats) = results[0.0], results[0.5]
     assert anchored_stats["kl_ref"] > 0
     assert anchored.item() - plain.item() == pytest.approx(0.5 * anchored_stats["kl_ref"], rel=1e-4)

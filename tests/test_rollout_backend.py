@@ -7,8 +7,8 @@ import pytest
 import torch
 from agent_fixtures import ScriptedEnv, tiny_agent  # noqa: F401  (fixture)
 
-from r1trade.rollout.backend import SamplingConfig
 from r1trade.models.chat import ChatTokens
+from r1trade.rollout.backend import SamplingConfig
 from r1trade.rollout.build import transformers_engine
 
 
@@ -121,8 +121,8 @@ def test_context_resets_in_a_batch_reuse_the_prefix_and_keep_the_cache_small(tin
 
 @pytest.mark.cpu_kernels
 def test_with_a_shared_prefix_a_restarted_row_attends_to_its_part_of_it_and_holds_no_copy():
-    from r1trade.rollout.transformers_backend import _Prefix
     from r1trade.cpu.attention import SharedPrefix
+    from r1trade.rollout.transformers_backend import _Prefix
 
     cache = _filled_cache([[1, 1, 1, 1], [1, 1, 1, 1]])
     prefix_keys = torch.full((1, 1, 3, 2), -5.0)

@@ -8,10 +8,10 @@ from contextlib import nullcontext
 import torch
 from agent_fixtures import ScriptedEnv, tiny_agent  # noqa: F401  (fixture)
 
-from r1trade.rollout.backend import Generation, Prompt, SamplingConfig
 from r1trade.models.chat import ChatTokens
-from r1trade.rollout.loop import Trajectory
+from r1trade.rollout.backend import Generation, Prompt, SamplingConfig
 from r1trade.rollout.build import transformers_engine
+from r1trade.rollout.loop import Trajectory
 
 
 def decode_masked(tokenizer, trajectory: Trajectory, bit: int) -> str:

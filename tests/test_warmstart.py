@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from r1trade.models import loading
-from r1trade.models.loading import load_agent_models
-from r1trade.models.chat import ChatTokens
-from r1trade.models.tokenizer import build_tiny_tokenizer
-from r1trade.env.demonstrations import demonstration_turn
 from r1trade import warmstart
-from r1trade.warmstart import check_turns_fit, collect_demonstrations, longest_turn, warm_start_seed
 from r1trade.cli import main
 from r1trade.config import ModelConfig, load_config
+from r1trade.env.demonstrations import demonstration_turn
 from r1trade.env.parsing import parse_tool_call
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
+from r1trade.models import loading
+from r1trade.models.chat import ChatTokens
+from r1trade.models.loading import load_agent_models
+from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.warmstart import check_turns_fit, collect_demonstrations, longest_turn, warm_start_seed
 
 
 def env_at(change_pct: float, rsi: float, *, units: float = 0.0, allow_short: bool = True):

@@ -19,12 +19,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from r1trade.models.loading import load_agent_models
 from r1trade.config import Config, load_config
 from r1trade.data.source import asset_configs, asset_labels, load_config_candles, load_config_splits
 from r1trade.data.splits import Splits, describe_fold_split, fold_split, walk_forward_folds
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError, UsageError
+from r1trade.models.loading import load_agent_models
 from r1trade.outputs import clear_run_folder, fold_run_dir, has_run, locked_run_folder, write_file
 from r1trade.rl.checkpoint import latest_checkpoint, list_checkpoints, seed_random_states
 from r1trade.rl.trainer import Trainer

@@ -9,12 +9,12 @@ import logging
 
 import torch
 
-from r1trade.models.loading import build_tiny_model
-from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.cpu import onednn
 from r1trade.cpu.attention import use_decoding_attention
 from r1trade.cpu.decode_kernel import decode_kernel
 from r1trade.cpu.onednn import OneDNNLinear, use_onednn_linears
+from r1trade.models.loading import build_tiny_model
+from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.quiet import quiet_third_party
 
 logging.basicConfig(level=logging.WARNING, format="WARNING %(name)s: %(message)s")

@@ -6,8 +6,6 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from r1trade.models.loading import build_tiny_model
-from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.cpu import attention
 from r1trade.cpu.attention import (
     GROUPED_ATTENTION,
@@ -16,6 +14,8 @@ from r1trade.cpu.attention import (
     grouped_query_attention,
     use_decoding_attention,
 )
+from r1trade.models.loading import build_tiny_model
+from r1trade.models.tokenizer import build_tiny_tokenizer
 
 
 def _sdpa_reference(query, key, value, mask, scale):

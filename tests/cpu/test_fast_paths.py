@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from r1trade import cpu
-from r1trade.models.loading import build_tiny_model
-from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.cpu.attention import KERNEL_ATTENTION
 from r1trade.cpu.onednn import OneDNNLinear, onednn_available
+from r1trade.models.loading import build_tiny_model
+from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.runtime import CpuInfo
 
 

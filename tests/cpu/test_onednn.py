@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from r1trade.models.loading import load_agent_models
 from r1trade.config import ModelConfig
 from r1trade.cpu import onednn
 from r1trade.cpu.onednn import OneDNNLinear, onednn_available, packed_weights, use_onednn_linears
+from r1trade.models.loading import load_agent_models
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
 

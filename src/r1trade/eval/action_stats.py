@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from r1trade.rollout.backend import sampling_from_config
-from r1trade.rollout.loop import Trajectory, Turn
-from r1trade.rollout.build import transformers_engine
-from r1trade.env.demonstrations import ACTION_PROMPT, TRADE_ACTIONS
 from r1trade.config import Config
+from r1trade.env.demonstrations import ACTION_PROMPT, TRADE_ACTIONS
 from r1trade.env.information import information_use
 from r1trade.env.trading_env import make_envs
+from r1trade.rollout.backend import sampling_from_config
+from r1trade.rollout.build import transformers_engine
+from r1trade.rollout.loop import Trajectory, Turn
 
 OTHER = ("info", "malformed")
 

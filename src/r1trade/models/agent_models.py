@@ -12,8 +12,8 @@ from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from r1trade.models.scoring import Critic
 from r1trade.config import ModelConfig
+from r1trade.models.scoring import Critic
 
 
 @dataclass

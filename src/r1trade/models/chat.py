@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from r1trade.models.baked_tools import baked_tools
 from r1trade.errors import UsageError
+from r1trade.models.baked_tools import baked_tools
 from r1trade.models.chat_template import render_chat, template_file
 
 

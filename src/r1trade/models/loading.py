@@ -61,6 +61,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from r1trade.cache import cache_home
+from r1trade.config import ModelConfig
+from r1trade.errors import ConfigError, UsageError
 from r1trade.models.agent_models import AgentModels
 from r1trade.models.chat_template import check_chat_template
 from r1trade.models.gguf_header import check_gguf
@@ -68,9 +71,6 @@ from r1trade.models.random_models import build_random_model, is_random_model, sp
 from r1trade.models.scoring import Critic
 from r1trade.models.tokenizer import PAD_TOKEN, SMOLLM2, build_tiny_tokenizer, smollm2_gguf_path
 from r1trade.models.trust import require_no_model_code
-from r1trade.cache import cache_home
-from r1trade.config import ModelConfig
-from r1trade.errors import ConfigError, UsageError
 from r1trade.safe_load import first_line
 
 CPU_KERNELS_ENV = "R1TRADE_CPU_KERNELS"

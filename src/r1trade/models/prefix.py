@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+
 def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
     """How many leading columns hold the same real token in every row, leaving each row at least its last column
     to run on its own (0 if the rows differ at once)."""

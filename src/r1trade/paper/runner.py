@@ -358,9 +358,9 @@ def paper_trade(
     is refused before the model loads: a missing checkpoint, another decision interval than the checkpoint's,
     an unknown gap policy, a bad market or candle file, a journal of another run or a damaged one.
     """
+    from r1trade.rl.checkpoint import load_trained_agent
     from r1trade.rollout.backend import sampling_from_config
     from r1trade.rollout.build import transformers_engine
-    from r1trade.rl.checkpoint import load_trained_agent
 
     if on_gap not in ("tell", "skip"):
         raise UsageError(f"--on-gap must be tell or skip, not '{on_gap}'")

@@ -31,11 +31,17 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
-from r1trade.models.loading import TINY_RANDOM, TINY_RANDOM_QWEN, built_in_code, load_agent_models, model_dtype
-from r1trade.models.agent_models import AgentModels
-from r1trade.models.trust import require_no_model_code
 from r1trade.config import Config, ModelConfig, load_config
 from r1trade.errors import CheckpointError, OutputError, UsageError
+from r1trade.models.agent_models import AgentModels
+from r1trade.models.loading import (
+    TINY_RANDOM,
+    TINY_RANDOM_QWEN,
+    built_in_code,
+    load_agent_models,
+    model_dtype,
+)
+from r1trade.models.trust import require_no_model_code
 from r1trade.outputs import replace_folder
 from r1trade.rl.state_files import load_state, save_state, state_files
 from r1trade.safe_load import first_line, read_json_object, read_tensors

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from r1trade.rollout.loop import Trajectory
 from r1trade.env.information import accuracy_by_decision, action_mix, information_use
+from r1trade.rollout.loop import Trajectory
 
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict:

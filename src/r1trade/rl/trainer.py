@@ -27,13 +27,10 @@ from pathlib import Path
 
 import torch
 
-from r1trade.rollout.backend import sampling_from_config
-from r1trade.rollout.loop import TextEnv, Trajectory
-from r1trade.rollout.build import transformers_engine
-from r1trade.models.agent_models import AgentModels, reference_context
-from r1trade.models.scoring import token_logprobs, token_outputs
 from r1trade.config import Config
 from r1trade.errors import TrainingInterrupted
+from r1trade.models.agent_models import AgentModels, reference_context
+from r1trade.models.scoring import token_logprobs, token_outputs
 from r1trade.outputs import append_line
 from r1trade.rl.advantages import (
     compute_advantages,
@@ -58,6 +55,9 @@ from r1trade.rl.losses import (
 from r1trade.rl.masks import masked_mean
 from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 from r1trade.rl.stopping import StopRequest
+from r1trade.rollout.backend import sampling_from_config
+from r1trade.rollout.build import transformers_engine
+from r1trade.rollout.loop import TextEnv, Trajectory
 
 EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 from transformers import PreTrainedTokenizerBase
 
+
 @dataclass(frozen=True)
 class Prompt:
     """One conversation's context before its next turn."""

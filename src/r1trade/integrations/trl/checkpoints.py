@@ -24,10 +24,10 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from r1trade.models.agent_models import AgentModels
-from r1trade.models.scoring import Critic
 from r1trade.config import Config
 from r1trade.errors import CheckpointError, OutputError
+from r1trade.models.agent_models import AgentModels
+from r1trade.models.scoring import Critic
 from r1trade.outputs import replace_folder
 from r1trade.rl.checkpoint import (
     OPTIMIZER_STEM,

@@ -28,15 +28,15 @@ from transformers import PreTrainedTokenizerBase, PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import add_response_schema, parse_response
 
-from r1trade.models.baked_tools import baked_tools, without_baked_tools
-from r1trade.models.chat_template import render_chat
-from r1trade.models.loading import load_named_model
 from r1trade.config import Config, ModelConfig
 from r1trade.errors import ConfigError, TrainingInterrupted, UsageError
 from r1trade.integrations.trl.checkpoints import RestoreTraining, load_trl_policy, read_training_states
 from r1trade.integrations.trl.environment import environment_factory, tool_schemas, window_rows
 from r1trade.integrations.trl.run_log import RunLog
 from r1trade.integrations.trl.settings import grpo_arguments, steps_per_update
+from r1trade.models.baked_tools import baked_tools, without_baked_tools
+from r1trade.models.chat_template import render_chat
+from r1trade.models.loading import load_named_model
 from r1trade.rl.checkpoint import TrainingState, checkpoint_dir, latest_checkpoint
 from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 from r1trade.safe_load import first_line

@@ -24,7 +24,6 @@ from typing import Any
 from accelerate.utils import gather_object
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from r1trade.rollout.loop import Trajectory, Turn
 from r1trade.config import Config
 from r1trade.integrations.trl.checkpoints import save_trl_checkpoint
 from r1trade.integrations.trl.environment import Episode
@@ -34,6 +33,7 @@ from r1trade.rl.checkpoint import checkpoint_dir
 from r1trade.rl.episode_metrics import episode_metrics
 from r1trade.rl.metrics_log import METRICS_FILE
 from r1trade.rl.stopping import StopRequest
+from r1trade.rollout.loop import Trajectory, Turn
 
 TRL_NAMES = {"kl": "kl_ref", "entropy": "entropy", "grad_norm": "grad_norm", "loss": "loss",
              "learning_rate": "learning_rate", "clip_ratio/region_mean": "clipfrac"}
