@@ -15,9 +15,9 @@ import argparse
 import json
 import statistics
 
-from r1trade.models.tokenizer import load_smollm2_tokenizer
 from r1trade.config import load_config
 from r1trade.env import TradingEnv
+from r1trade.models.tokenizer import load_smollm2_tokenizer
 
 STYLES = ("full", "compact")
 TRADES = [  # cycled through, one per decision, so that observations show flat, long and short positions

@@ -22,10 +22,10 @@ from collections import defaultdict
 import torch
 from transformers import AttentionInterface
 
-from r1trade.rollout.backend import SamplingConfig
-from r1trade.models.loading import load_agent_models
 from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
+from r1trade.models.loading import load_agent_models
+from r1trade.rollout.backend import SamplingConfig
 from r1trade.rollout.build import transformers_engine
 from r1trade.rollout.loop import RolloutEngine, Trajectory
 from r1trade.runtime import cpu_header

@@ -40,8 +40,8 @@ from r1trade.runtime import cpu_header
 
 
 def one_mode(lora: bool, rows: int, tokens: int, cpu_kernels: str) -> dict:
-    from r1trade.models.loading import load_agent_models
     from r1trade.config import load_config
+    from r1trade.models.loading import load_agent_models
     from r1trade.rl.advantages import compute_advantages
     from r1trade.rl.batch import RolloutBatch
     from r1trade.rl.trainer import Trainer
@@ -99,9 +99,9 @@ SHARING_SETUP = ["rollout.num_envs=16", "train.group_size=4", "env.episode_decis
 
 def sharing_trainer(mode: str, overrides: list[str]):
     """A trainer of `btc_momentum` in `mode`, with `overrides` on top; prints what the mode sets."""
-    from r1trade.models.loading import load_agent_models
     from r1trade.config import load_config
     from r1trade.env.trading_env import make_envs
+    from r1trade.models.loading import load_agent_models
     from r1trade.rl.trainer import Trainer
 
     settings = [*SHARING_MODES[mode], *overrides]

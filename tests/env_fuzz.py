@@ -11,11 +11,11 @@ TOOL_NAMES = ["get_candles", "get_indicators", "get_sentiment", "get_portfolio",
 ARG_NAMES = ["side", "size", "view", "n", "names", "stop_loss", "take_profit", "x"]
 
 scalars = (
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10)
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10)
     | st.sampled_from(["long", "short", "bullish", "bearish", "neutral", "rsi_14", "sma_20"])
 )
 json_values = st.recursive(
-    scalars.filter(lambda v: not isinstance(v, float) or v == v),
+    scalars,
     lambda children: st.lists(children, max_size=3)
     | st.dictionaries(st.text(max_size=5), children, max_size=3),
     max_leaves=8,

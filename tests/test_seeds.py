@@ -175,7 +175,7 @@ def test_a_finished_seed_is_skipped_and_a_stopped_one_resumed(capsys, tmp_path: 
     # seed 0's record was added once it was tested, so seed 1's stop did not lose it
     assert [r["seed"] for r in json.loads(ladder.read_text())] == [0]
     shown = capsys.readouterr()
-    assert "seed 0: ladder record added" in shown.out
+    assert "seed 0: ladder record written" in shown.out
     assert "training stopped at " in shown.err and "continue with: the same r1trade seeds command" in shown.err
     seed_1 = out / "seed-1" / "run"
     assert [p.name for p in (seed_1 / "checkpoints").iterdir()] == ["step-1"]

@@ -78,7 +78,7 @@ def seeds_command(
     def record(result: SeedResult) -> None:  # as soon as a seed is tested: a later seed's stop keeps it
         records = add_ladder_record(result, ladder, level=level,  # type: ignore[arg-type]
                                     variant=variant or out.name, model=model, command=command)
-        console.print(f"seed {result.seed}: ladder record added ({ladder}: {len(records)} records)",
+        console.print(f"seed {result.seed}: ladder record written ({ladder}: {len(records)} records)",
                       markup=False, highlight=False)
 
     try:
