@@ -83,14 +83,17 @@ def _finite(value: Any) -> bool:
 class SplitConfig(Section):
     """Time-ordered train / validation / test split; never shuffled across time."""
 
-    method: Literal["fraction", "dates"] = "fraction"
+    method: Literal["fraction", "dates"] = Field(
+        "fraction", description="fraction: split by the three fractions; dates: by `train_end`, `validation_end` and "
+        "`test_end`"
+    )
     train: float = Field(0.7, gt=0, lt=1, description="fraction of bars for training (method=fraction)")
-    validation: float = Field(0.15, ge=0, lt=1)
-    test: float = Field(0.15, gt=0, lt=1)
+    validation: float = Field(0.15, ge=0, lt=1, description="fraction of bars for validation (method=fraction)")
+    test: float = Field(0.15, gt=0, lt=1, description="fraction of bars for the held-out test (method=fraction)")
     train_end: datetime | None = Field(None, description="last timestamp of the train split (method=dates)")
     validation_end: datetime | None = Field(
-        None, description="last timestamp of the validation split (method=dates; equal to train_end: no validation "
-        "split)"
+        None, description="last timestamp of the validation split (method=dates; equal to `train_end`: no "
+        "validation split)"
     )
     test_end: datetime | None = Field(
         None, description="last timestamp of the test split (method=dates; default: the last bar)"
@@ -123,12 +126,12 @@ class SyntheticConfig(Section):
     """
 
     kind: Literal["planted_edge"] = Field("planted_edge", description="the generator (only planted_edge so far)")
-    seed: Seed = 0
+    seed: Seed = Field(0, description="seeds the generated market (part of the data, not the run)")
     bars: int = Field(20_000, ge=16, le=2_000_000, description="bars to generate (at most 2,000,000)")
     timeframe: str = Field("1h", description="bar length, e.g. 1h, 15m, 1d")
     start: datetime = Field(datetime(2024, 1, 1), description="first bar's open time (UTC)")
-    symbol: str = "SYN/USD"
-    initial_price: float = Field(100.0, gt=0)
+    symbol: str = Field("SYN/USD", description="symbol written into the generated candles' metadata")
+    initial_price: float = Field(100.0, gt=0, description="first bar's open")
     volume: float = Field(1000.0, gt=0, description="typical volume of a bar (base units)")
     volatility: float = Field(0.005, ge=0, description="unconditional std of a bar's log-return (0.005 = 0.5 %)")
     garch_alpha: float = Field(0.1, ge=0, lt=1, description="volatility clustering: reaction to the last shock")
@@ -158,7 +161,10 @@ class DataConfig(Section):
     source: Literal["file", "synthetic"] = Field(
         "file", description="file: the candles at `path`; synthetic: generated from the `synthetic` section"
     )
-    path: str = Field("data/sample/btc_usd_1h.parquet", validate_default=True)
+    path: str = Field(
+        "data/sample/btc_usd_1h.parquet", validate_default=True,
+        description="the candle file (Parquet or CSV) when `source: file`",
+    )
     paths: list[str] = Field(
         [], description="several candle files (assets or timeframes) in place of `path`: training samples "
         "its episodes across them, a backtest reports each and pooled; `path` then names the first"
@@ -203,11 +209,13 @@ class DataConfig(Section):
 class EnvConfig(Section):
     """The trading environment: replay, portfolio, frictions and episode shape."""
 
-    initial_cash: float = Field(10_000.0, gt=0)
+    initial_cash: float = Field(
+        10_000.0, gt=0, description="cash at the start of every episode (and of every backtest window)"
+    )
     fee_bps: float = Field(10.0, ge=0, description="fee on every fill, basis points of notional")
     slippage_bps: float = Field(2.0, ge=0, description="fixed slippage, basis points of price")
     slippage_vol_frac: float = Field(0.05, ge=0, description="random slippage scale, fraction of recent volatility")
-    allow_short: bool = True
+    allow_short: bool = Field(True, description="whether `place_order` may open a short position")
     max_position_frac: float = Field(
         1.0, gt=0, description="largest position, fraction of equity; larger orders are clipped (risk penalty)"
     )
@@ -224,7 +232,10 @@ class EnvConfig(Section):
     max_candles: int = Field(
         12, ge=1, le=1_000, description="most bars get_candles returns (~45 tokens a bar)"
     )
-    indicators: list[str] = ["rsi_14", "macd_hist", "bb_pctb", "atr_14", "sma_20", "ema_50", "volume_z"]
+    indicators: list[str] = Field(
+        ["rsi_14", "macd_hist", "bb_pctb", "atr_14", "sma_20", "ema_50", "volume_z"],
+        description="the `ta` indicators `get_indicators` offers",
+    )
     observe_indicators: list[str] = Field(
         ["rsi_14", "sma_20"], description="indicators shown in every observation (a subset of `indicators`)"
     )
@@ -301,7 +312,10 @@ class RewardsConfig(Section):
         "(a risk penalty: negative; over an episode they add up to its maximum drawdown)"
     )
     terminal: float = Field(50.0, description="× episode log-return at the end (minus buy-and-hold's if set)")
-    terminal_baseline: Literal["none", "buy_and_hold"] = "buy_and_hold"
+    terminal_baseline: Literal["none", "buy_and_hold"] = Field(
+        "buy_and_hold", description="none: the episode's log-return; buy_and_hold: minus buy-and-hold's over the "
+        "same bars"
+    )
     bankruptcy_penalty: float = Field(-10.0, description="once, when equity reaches zero")
     valid_call: float = Field(0.05, description="first well-formed, accepted tool call of a decision")
     format_penalty: float = Field(-0.2, description="no call, several calls, bad JSON, unknown tool, bad arguments")
@@ -312,7 +326,9 @@ class RewardsConfig(Section):
         "looking first; a forced hold earns none, so calling tools until the budget runs out does not pay)"
     )
     pattern: float = Field(0.05, description="× +1 if the stated view matched the forward return, -1 if not")
-    pattern_horizon_bars: int = Field(4, ge=1, le=MAX_COUNT)
+    pattern_horizon_bars: int = Field(
+        4, ge=1, le=MAX_COUNT, description="bars ahead over which a stated view is checked"
+    )
     pattern_threshold: float = Field(0.002, ge=0, description="forward return beyond which a view counts as right")
     risk_no_stop: float = Field(-0.02, description="opening or adding to a position without a stop-loss")
     risk_oversize: float = Field(-0.02, description="an order above max_position_frac (it is clipped)")
@@ -334,7 +350,7 @@ class RewardsConfig(Section):
 class LoraConfig(Section):
     """LoRA adapters (peft) on the policy and on a separate critic's backbone; `enabled: false` = full fine-tuning."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="LoRA adapters; false trains every weight")
     r: int = Field(16, ge=1, le=4_096, description="adapter rank")
     alpha: int = Field(32, ge=1, le=MAX_COUNT, description="the adapter's update is scaled by alpha / r")
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter input (only in train mode)")
@@ -380,7 +396,8 @@ class ModelConfig(Section):
     )
     gradient_checkpointing: bool = Field(
         False, description="recompute each decoder layer's activations during the backward pass: less memory, "
-        "slower updates; the gradient pass then runs every row in full (train.share_prefix applies to scoring only)"
+        "slower updates (docs/benchmarks.md, \"Whole episodes' memory\"); the gradient pass then runs every row in "
+        "full (train.share_prefix applies to scoring only)"
     )
     cpu_kernels: Literal["auto", "off"] = Field(
         "auto",
@@ -425,12 +442,14 @@ class ModelConfig(Section):
 class RolloutConfig(Section):
     """How episodes are sampled from the policy."""
 
-    num_envs: int = Field(8, ge=1, le=MAX_BATCH)
+    num_envs: int = Field(8, ge=1, le=MAX_BATCH, description="episodes played per update (per process)")
     max_new_tokens: int = Field(
-        96, ge=1, le=32_768, description="at most 32,768: the longest context of the models"
+        96, ge=1, le=32_768, description="most tokens the model may write in one turn (at most 32,768: the longest "
+        "context of the models); a trade call with one line of reasoning takes about 85 SmolLM2 tokens"
     )
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(1.0, ge=0, description="sampling temperature (0: greedy)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: draw from the smallest set of tokens whose "
+                         "probabilities add up to top_p")
     compact_below: float = Field(
         0.5, ge=0, le=1, description="decode only the rows still in their turn once they are at most this share of "
         "the rows (copied apart, so a step stops paying for finished rows; the draws are the same); 0: never"
@@ -471,7 +490,10 @@ class TrainConfig(Section):
         " true}; the ones r1trade maps from its own keys are refused, and those that could load code"
         " (trust_remote_code, model_init_kwargs, chat_template_kwargs.chat_template)"
     )
-    algorithm: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp"] = "ppo"
+    algorithm: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field(
+        "ppo", description="ppo: critic and GAE; grpo, dr_grpo, rloo: group baselines, no critic; reinforce_pp: "
+        "returns whitened over the batch, no critic"
+    )
     credit: Literal["turn", "token"] = Field(
         "turn", description="PPO's GAE and REINFORCE++'s returns over turns (one MDP step per model turn) or tokens"
     )
@@ -479,7 +501,7 @@ class TrainConfig(Section):
         0.0, ge=0, description="weight of the per-decision group baseline term (grpo, dr_grpo, rloo)"
     )
     step_groups: bool = Field(
-        False, description="GiGPO (arXiv 2505.10978), with a group algorithm: add to each turn w x its discounted "
+        False, description="GiGPO (arXiv 2505.10978), with a group algorithm: add to each turn w × its discounted "
         "return against those of the turns that faced the same anchor state (same window, decision index, side of "
         "the position and tool answers so far in the decision), normalised as the episode term; a lone state adds 0"
     )
@@ -488,8 +510,8 @@ class TrainConfig(Section):
     group_size: int = Field(
         1, ge=1, le=MAX_BATCH, description="episodes per start state (group baselines need >= 2)"
     )
-    learning_rate: float = Field(1e-5, gt=0)
-    critic_learning_rate: float = Field(1e-4, gt=0)
+    learning_rate: float = Field(1e-5, gt=0, description="policy (LoRA or full) learning rate")
+    critic_learning_rate: float = Field(1e-4, gt=0, description="learning rate of the value head or separate critic")
     warmup_updates: int = Field(0, ge=0, le=MAX_COUNT, description="linear learning-rate warm-up")
     epochs: int = Field(2, ge=1, le=1_000, description="passes over each rollout batch")
     minibatch_size: int = Field(
@@ -503,39 +525,43 @@ class TrainConfig(Section):
     micro_batch_order: Literal["drawn", "length"] = Field(
         "drawn", description="drawn: micro-batches cut in the minibatch's order; length: cut so that each pads "
         "its rows to a similar length (groups by their longest row, rows by length), which cuts the attention "
-        "over padding; the gradient is the same up to float rounding"
+        "over padding (docs/benchmarks.md, \"The optimiser's passes\"); the gradient is the same up to float rounding"
     )
-    gamma: float = Field(1.0, ge=0, le=1)
+    gamma: float = Field(
+        1.0, ge=0, le=1, description="discount between turns (or, with turn_gamma, between decisions)"
+    )
     turn_gamma: float | None = Field(
         None, ge=0, le=1, description="credit per turn: the discount between turns of one decision (an "
         "information call and the trade after it); gamma is then the discount between decisions. None: gamma "
-        "between every two turns"
+        "between every two turns (ppo, reinforce_pp, or the step-group returns)"
     )
-    lam: float = Field(0.95, ge=0, le=1)
-    clip_low: float = Field(0.2, gt=0, lt=1)
-    clip_high: float = Field(0.28, gt=0, description="asymmetric upper clip (StarPO-S / DAPO)")
-    value_clip: float = Field(0.2, gt=0)
-    value_coef: float = Field(0.5, ge=0)
-    entropy_coef: float = Field(0.001, ge=0)
+    lam: float = Field(0.95, ge=0, le=1, description="GAE λ (ppo)")
+    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip below 1")
+    clip_high: float = Field(0.28, gt=0, description="asymmetric upper clip (DAPO's clip-higher, StarPO-S)")
+    value_clip: float = Field(0.2, gt=0, description="clip of the value update (ppo)")
+    value_coef: float = Field(0.5, ge=0, description="weight of the value loss (ppo)")
+    entropy_coef: float = Field(0.001, ge=0, description="entropy bonus over sampled tokens")
     kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
     kl_placement: Literal["auto", "reward", "loss"] = Field(
         "auto", description="where the KL penalty acts: in each sampled token's reward (k1, as PPO for RLHF and "
         "REINFORCE++ place it) or as a term of the loss (k3, whose gradient pulls each token toward the reference "
         "directly, as GRPO places it). auto: the loss for the group algorithms, the reward otherwise"
     )
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
+    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
+        "k1", description="estimator of the per-token KL against the reference"
+    )
     loss_mask: bool = Field(True, description="losses over sampled tokens only (False: every valid token)")
     advantage_mask: bool = Field(True, description="GAE over sampled tokens only (False: over every token)")
     top_group_frac: float = Field(1.0, gt=0, le=1, description="StarPO-S: keep groups with the largest reward std")
     dynamic_sampling: bool = Field(
         False, description="DAPO (arXiv 2503.14476): drop the groups whose episode rewards do not vary at all (their "
-        "group advantages are 0) before top_group_frac; a batch in which no group varies is kept whole"
+        "group advantages are 0) before top_group_frac; a batch in which no group varies is kept whole; needs group_size >= 2"
     )
     loss_aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: the policy terms are a mean over every loss token of the minibatch (DAPO); "
         "sequence: each episode's tokens averaged first, every episode weighing the same (GRPO's 1/|o|)"
     )
-    max_grad_norm: float = Field(1.0, gt=0)
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping: the largest global norm of a step")
     logprob_chunk: int = Field(
         256, ge=1, le=8_192,
         description="tokens per chunk when computing log-probs (at most 8,192: a chunk's logits"
@@ -553,10 +579,12 @@ class TrainConfig(Section):
         "rows", description="how an epoch shuffles the batch: row by row, or group by group (a group's rows stay "
         "side by side, so a micro-batch of them runs the group's shared first observation once with share_prefix)"
     )
-    checkpoint_every: int = Field(10, ge=1, le=MAX_COUNT)
+    checkpoint_every: int = Field(
+        10, ge=1, le=MAX_COUNT, description="updates between checkpoints (the last update is always saved)"
+    )
     walk_forward: int | None = Field(
         None, ge=2, le=10_000,
-        description="train K agents, one per walk-forward fold, into runs/<name>/fold-<k>/: fold k's "
+        description="K ≥ 2: train K agents, one per walk-forward fold, into `runs/<name>/fold-<k>/`: fold k's "
         "agent on every bar before its fold's test window less data.split.embargo_bars (an expanding window); the "
         "test windows are the K folds `backtest --walk-forward K` cuts, from backtest.split or, with "
         "walk_forward_span all, from every bar after the train split"
@@ -565,7 +593,7 @@ class TrainConfig(Section):
         "split", description="where the folds' test windows lie (walk_forward): split: backtest.split; all: every "
         "bar after the train split and its embargo, so that fold 1's agent trains on the train split"
     )
-    tensorboard: bool = False
+    tensorboard: bool = Field(False, description="also log to TensorBoard in the run directory")
     echo_min_reward_std: float = Field(1e-4, ge=0, description="warn when reward std falls below this")
     echo_min_entropy: float = Field(0.05, ge=0, description="warn when mean entropy falls below this")
     echo_grad_spike: float = Field(10.0, gt=1, description="warn when grad norm exceeds this × its running mean")
@@ -650,16 +678,21 @@ class WarmstartConfig(Section):
         "and another SFT order from the same seed (a restart that is a second draw of the config)",
     )
     max_steps: int = Field(10, ge=1, le=MAX_COUNT, description="optimiser steps")
-    batch_size: int = Field(2, ge=1, le=MAX_BATCH)
-    gradient_accumulation: int = Field(2, ge=1, le=MAX_COUNT)
-    learning_rate: float = Field(1e-3, gt=0)
+    batch_size: int = Field(2, ge=1, le=MAX_BATCH, description="examples per optimiser micro-step")
+    gradient_accumulation: int = Field(2, ge=1, le=MAX_COUNT, description="micro-steps per optimiser step")
+    learning_rate: float = Field(1e-3, gt=0, description="SFT learning rate")
 
 
 class BacktestConfig(Section):
     """Held-out evaluation."""
 
-    split: Literal["train", "validation", "test"] = "test"
-    strategies: list[str] = ["buy_and_hold", "sma_crossover", "rsi_mean_reversion", "random"]
+    split: Literal["train", "validation", "test"] = Field("test", description="the split a backtest evaluates")
+    strategies: list[str] = Field(
+        ["buy_and_hold", "sma_crossover", "rsi_mean_reversion", "random"],
+        description="rule baselines run beside a model: buy_and_hold, sma_crossover, rsi_mean_reversion, random, "
+        "vol_target, random_sizes, on generated data oracle, and under the volatility-target mandate best_constant "
+        "and vol_forecast",
+    )
     random_seeds: int = Field(
         5, ge=1, le=1_000,
         description="seeds averaged for the random baseline (seed, seed + 1, ...; `seed` is the run's)"
@@ -694,18 +727,18 @@ class BacktestConfig(Section):
     )
     bootstrap_resamples: int = Field(
         2000, ge=100, description="bootstrap resamples for the 95 % intervals and the SPA and StepM tests (at most "
-        f"{MAX_BOOTSTRAP_RESAMPLES:,})"
+        f"{MAX_BOOTSTRAP_RESAMPLES:,}: the bootstrap holds about 32 bytes per resample and decision)"
     )
     ladder: str = Field(
         "docs/results/ladder.json",
-        description="the ladder of learning runs (docs/results/ladder.json) whose records count as trials",
+        description="the ladder of learning runs whose records count as trials",
     )
     ladder_level: str | None = Field(
         None,
         description="the ladder level whose market this config trades: a model's deflated Sharpe ratio counts "
-        "that level's records as trials (null: the models of the report)",
+        "that level's records as trials (null: the models of the report); the rung configs set theirs",
     )
-    report_dir: str = Field("reports", description="reports go to <report_dir>/<name>-<split>[-<strategy>]/")
+    report_dir: str = Field("reports", description="reports go to `<report_dir>/<name>-<split>[-<strategy>]/`")
 
     @field_validator("params")
     @classmethod
@@ -741,7 +774,7 @@ class SeedsConfig(Section):
         [], max_length=MAX_RESTARTS,
         description="each a list of --set overrides (section.key=value): per seed, one more warm start and RL run "
         "with them on top of the config; of these runs and the config's own, the one whose chosen step scores best "
-        "on the validation split is the one tested",
+        f"on the validation split is the one tested (at most {MAX_RESTARTS})",
     )
     restart_until: float | None = Field(
         None, description="run a seed's restarts, in order, only while none of its runs so far has scored this "
@@ -770,8 +803,8 @@ class Config(Section):
     """A whole run."""
 
     name: str = Field("run", description="the run's file name in output_dir (and of its reports)")
-    seed: Seed = 0
-    output_dir: str = "runs"
+    seed: Seed = Field(0, description="seeds the run: episodes' windows, slippage draws, sampling, initialisation")
+    output_dir: str = Field("runs", description="where runs go: `<output_dir>/<name>/`")
     data: DataConfig = Field(default_factory=DataConfig)  # its paths resolved when the config is made
     env: EnvConfig = EnvConfig()
     rewards: RewardsConfig = RewardsConfig()
