@@ -661,8 +661,8 @@ class WarmstartConfig(Section):
         "tool it called (all), or nothing but the action (none: every trade turn is as short, whatever was called)"
     )
     always_call: list[str] = Field(
-        [], description="information tools every random demonstration calls first, before its random draws (a "
-        "diagnostic: with [get_changes] every trade has the signal in view)"
+        [], description="information tools every random demonstration calls first, before its random draws (the "
+        "mandate's warm starts call get_volatility so: the format of reading it, not what to do with it)"
     )
     episodes: int = Field(
         16, ge=1, le=MAX_COUNT, description="demonstration episodes played on the train split"
