@@ -73,9 +73,14 @@ demo-btc: install
 	$(R1) backtest --checkpoint $(BTC)/checkpoints/step-1 --baseline base-model --model smollm2-135m-instruct \
 	    --set backtest.max_decisions=8 --set backtest.agent_windows=2 --out reports/demo-btc-test
 
+# Every CPU benchmark with its defaults, and the text bandit's long-turn comparison (benchmarks/bandit_learning.py
+# takes its variants as arguments). benchmarks/previous_engine.py is a module the throughput benchmarks import, and
+# gpu_check.py is `make gpu-check`'s.
+BENCHMARKS := backtest_speed env_step prompt_tokens rollout_throughput update_throughput update_memory
 bench: install
 	$(PIP) install --quiet -e '.[test,deepspeed,bench]'
-	for script in $(filter-out benchmarks/gpu_check.py,$(wildcard benchmarks/*.py)); do $(PY) $$script || exit 1; done
+	for name in $(BENCHMARKS); do $(PY) benchmarks/$$name.py || exit 1; done
+	$(PY) benchmarks/bandit_learning.py --turn-tokens 32 --updates 20 --variant turn:credit=turn --variant token:credit=token
 
 # The trainer on a CUDA GPU (benchmarks/gpu_check.py): the tests marked cuda, then a few updates of each model shape
 # with both training engines, and a table for docs/benchmarks.md. It runs on the GPU machine's own Python (with
