@@ -1,14 +1,12 @@
-"""The tiny randomly initialised agent shared by the agent, rollout and trainer tests (built in code, no download),
-with helpers to batch text for it, and a scripted text environment to play it in."""
+"""Helpers for the agent, rollout and trainer tests that play the tiny random agent (conftest's `tiny_agent`, built
+in code, no download): its config, batched text for it, and a scripted text environment to play it in."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from r1trade.config import ModelConfig
 from r1trade.models.agent_models import AgentModels
-from r1trade.models.loading import load_agent_models
 
 TOOL_CALL = (
     '<tool_call>{"name": "place_order", "arguments": {"side": "buy", "size": 0.5, "view": "bullish"}}</tool_call>'
@@ -34,12 +32,6 @@ def perturb_trainable(module: torch.nn.Module, seed: int = 1) -> None:
         for p in module.parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn(p.shape, generator=generator))
-
-
-@pytest.fixture(scope="session")
-def tiny_agent():
-    models = load_agent_models(ModelConfig(name_or_path="tiny-random"), seed=0)
-    return models.policy, models.tokenizer
 
 
 class ScriptedEnv:

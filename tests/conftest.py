@@ -113,6 +113,16 @@ def trained_run(tmp_path_factory) -> Path:
     return root / "smoke"
 
 
+@pytest.fixture(scope="session")
+def tiny_agent():
+    """The tiny random policy and its tokenizer (tests/agent_fixtures.py has the helpers that play it)."""
+    from r1trade.config import ModelConfig
+    from r1trade.models.loading import load_agent_models
+
+    models = load_agent_models(ModelConfig(name_or_path="tiny-random"), seed=0)
+    return models.policy, models.tokenizer
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """The tiny model decodes faster on one thread than with threads competing for a busy CPU (modules that play

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from agent_fixtures import tiny_agent  # noqa: F401  (fixture)
 
 from r1trade.config import load_config
 from r1trade.models.loading import load_agent_models

@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import torch
-from agent_fixtures import ScriptedEnv, tiny_agent  # noqa: F401  (fixture)
+from agent_fixtures import ScriptedEnv
 
 from r1trade.models.chat import ChatTokens
 from r1trade.rollout.backend import Generation, Prompt, SamplingConfig

@@ -7,7 +7,6 @@ import random
 
 import pytest
 import torch
-from agent_fixtures import tiny_agent  # noqa: F401  (fixture)
 
 from r1trade.models.chat import ChatTokens
 from r1trade.models.tokenizer import build_tiny_tokenizer
