@@ -55,7 +55,7 @@ def against_previous(models, config, sampling: SamplingConfig, seeds: list[int],
                "today": transformers_engine(models.policy, models.tokenizer, sampling)}
     seconds: dict[str, list[float]] = defaultdict(list)
     played = {}
-    for name, engine in engines.items():  # warm-up (kernels built, weights packed)
+    for engine in engines.values():  # warm-up (kernels built, weights packed)
         play(engine, config, seeds[:1], 1)
     for repeat in range(repeats):
         for name in (list(engines) if repeat % 2 == 0 else list(engines)[::-1]):

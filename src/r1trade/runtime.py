@@ -6,6 +6,7 @@ in their headers, since their figures hold for one kind of CPU only, and `r1trad
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -65,10 +66,8 @@ def cpu_header() -> str:
     line = f"cpu: {cpu_info().describe()}"
     torch = sys.modules.get("torch")
     if torch is not None:
-        try:
+        with contextlib.suppress(AttributeError, RuntimeError):
             line += f"; torch CPU kernels: {torch.backends.cpu.get_cpu_capability()}"
-        except (AttributeError, RuntimeError):
-            pass
     return line
 
 
