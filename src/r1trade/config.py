@@ -677,10 +677,30 @@ class WarmstartConfig(Section):
         description="which of a seed's warm starts: 0 is the seed's own; another value draws other demonstrations "
         "and another SFT order from the same seed (a restart that is a second draw of the config)",
     )
+    min_action_share: float | None = Field(
+        None, gt=0, le=0.5,
+        description="the check on a trained warm start: it plays the episodes of RL's first update, sampled as RL "
+        "samples them, and each of `actions` must take at least this share of the decisions that took one of "
+        "them, or the next draw is trained (`draws`); RL cannot learn an action it never samples. Unset: no check",
+    )
+    draws: int = Field(
+        1, ge=1, le=16,
+        description="warm starts trained at most while the check fails: `draw`, `draw` + 1, ...; when none passes, "
+        "the last is kept and `warmstart.json` says so",
+    )
     max_steps: int = Field(10, ge=1, le=MAX_COUNT, description="optimiser steps")
     batch_size: int = Field(2, ge=1, le=MAX_BATCH, description="examples per optimiser micro-step")
     gradient_accumulation: int = Field(2, ge=1, le=MAX_COUNT, description="micro-steps per optimiser step")
     learning_rate: float = Field(1e-3, gt=0, description="SFT learning rate")
+
+    @model_validator(mode="after")
+    def _check_can_pass(self) -> WarmstartConfig:
+        if self.min_action_share is not None and self.min_action_share * len(set(self.actions)) > 1:
+            raise ValueError(f"min_action_share {self.min_action_share} is more than {len(set(self.actions))} "
+                             "actions can each take")
+        if self.draws > 1 and self.min_action_share is None:
+            raise ValueError("draws needs min_action_share: without the check, the first draw is kept")
+        return self
 
 
 class BacktestConfig(Section):

@@ -6,7 +6,7 @@ Seed S runs in `OUT/seed-S/`, one seed after another, every stage with `seed=S` 
 of the config and its `--set` overrides:
 - `warmstart/`: the warm start (`r1trade warmstart`), when asked; finished once `warmstart.json` is written.
   With `warm_from` (`--warmstart-from OTHER`), seed S starts from `OTHER/seed-S/warmstart/` instead, once that
-  warm start is finished and its config equals this one in all that a warm start reads (`WARM_START_UNREAD`
+  warm start is finished and its config equals this one in all that a warm start reads (`warm_start_unread`
   lists the rest): variants of a recipe's RL then start from the same models, a paired comparison;
 - `run/`: RL training from the warm start's model (`r1trade train`); finished once the checkpoint of step
   `train.updates` is in place. A run stopped after a checkpoint continues from its last one (`train
@@ -50,7 +50,7 @@ from r1trade.backtest.step_selection import (
     read_selection,
     select_step,
 )
-from r1trade.config import Config, RolloutConfig, load_config
+from r1trade.config import Config, RolloutConfig, TrainConfig, load_config
 from r1trade.errors import R1TradeError, UsageError
 from r1trade.eval.ladder import AGENT_PREFIX, SIGNAL_ROW, Level, add_record, ladder_record
 from r1trade.eval.seed_spread import SeedSpread, spread_by_figure
@@ -306,19 +306,29 @@ def _finished_recipe_seed(recipe: Recipe, seed: int, folder: Path) -> SeedResult
 
 def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
     """The model of the finished warm start in `warm_dir`, which must have run `config` in all that a warm start
-    reads (everything but `WARM_START_UNREAD`); otherwise a UsageError saying what does not fit."""
+    reads (everything but `warm_start_unread`); otherwise a UsageError saying what does not fit."""
     if not (warm_dir / WARMSTART_LOG).is_file():
         raise UsageError(f"--warmstart-from: '{warm_dir}' holds no finished warm start (no {WARMSTART_LOG})")
+    unread = warm_start_unread(config)
     try:
-        theirs = load_config(warm_dir / "config.yaml", [], unread=WARM_START_UNREAD)
+        theirs = load_config(warm_dir / "config.yaml", [], unread=unread)
     except UsageError as error:
         raise UsageError(f"--warmstart-from: {error}") from None
-    if theirs.model_dump(exclude=WARM_START_UNREAD) != config.model_dump(exclude=WARM_START_UNREAD):
+    if theirs.model_dump(exclude=unread) != config.model_dump(exclude=unread):
         raise UsageError(
-            f"--warmstart-from: the warm start in '{warm_dir}' ran another config (it differs outside train, "
-            "rewards, backtest and the rollout's sampling), so it is not this recipe's warm start"
+            f"--warmstart-from: the warm start in '{warm_dir}' ran another config (one that differs in "
+            "what a warm start reads), so it is not this recipe's warm start"
         )
     return warm_dir / "model"
+
+
+def warm_start_unread(config: Config) -> dict[str, Any]:
+    """What `config`'s warm start does not read: `WARM_START_UNREAD`, less what its check samples with when it has
+    one (`warmstart.min_action_share`: the rollout's settings, and the first update's groups)."""
+    if config.warmstart.min_action_share is None:
+        return WARM_START_UNREAD
+    unread = {section: keys for section, keys in WARM_START_UNREAD.items() if section != "rollout"}
+    return {**unread, "train": set(TrainConfig.model_fields) - {"group_size"}}
 
 
 def _warm_dir(seed_folder: Path, candidate: int) -> Path:

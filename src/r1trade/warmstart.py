@@ -27,6 +27,7 @@ from r1trade.config import Config
 from r1trade.env.demonstrations import demonstration_turn, random_decision
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
+from r1trade.eval.action_balance import first_update_shares
 from r1trade.models.baked_tools import bake_tools, without_baked_tools
 from r1trade.models.chat import ChatTokens
 from r1trade.outputs import write_file
@@ -167,7 +168,37 @@ def warmstart(
 
     `tools` (JSON schemas) are baked into the saved chat template (`r1trade.models.baked_tools`), and the
     demonstrations rendered with them, for a model that TRL's GRPOTrainer will train: it renders the env's tools in
-    the system turn. Progress shows as a Rich bar on `console` (default: a new one on stdout)."""
+    the system turn. Progress shows as Rich bars on `console` (default: a new one on stdout). With
+    `warmstart.min_action_share`, each draw is checked once trained (`first_update_shares`), and the next is trained
+    in its place while the check fails, `warmstart.draws` at most; `warmstart.json` keeps every draw's shares."""
+    settings = config.warmstart
+    console = console or Console()
+    checks = []
+    for draw in range(settings.draw, settings.draw + settings.draws):
+        out, log = _train_draw(config, run_dir, draw, tools=tools, console=console)
+        if settings.min_action_share is None:
+            break
+        shares = first_update_shares(config, out)
+        passed = min(shares.values()) >= settings.min_action_share
+        checks.append({"draw": draw, "action_shares": shares, "passed": passed})
+        sampled = ", ".join(f"{action} {share:.0%}" for action, share in shares.items())
+        console.print(f"warm start draw {draw} samples {sampled} of its first update's trades: " + (
+            "kept" if passed else f"an action under {settings.min_action_share:.0%}" + (
+                ", the next draw is trained" if draw + 1 < settings.draw + settings.draws else ", kept as the last")
+        ))
+        if passed:
+            break
+    if checks:
+        log["checks"] = checks
+    write_file(run_dir / "warmstart.json", json.dumps(log, indent=1) + "\n")
+    return out
+
+
+def _train_draw(
+    config: Config, run_dir: Path, draw: int, *, tools: list[dict] | None, console: Console
+) -> tuple[Path, dict]:
+    """Train draw `draw` of the warm start into `run_dir / "model"` (replacing an earlier draw's); returns that
+    directory and the draw's log (examples, seed, the trainer's loss history)."""
     from datasets import Dataset
     from peft import LoraConfig as PeftLoraConfig
     from trl import SFTConfig, SFTTrainer
@@ -188,7 +219,7 @@ def warmstart(
     if settings.episode_decisions is not None:
         env = config.env.model_copy(update={"episode_decisions": settings.episode_decisions})
         played = config.model_copy(update={"env": env})
-    seed = warm_start_seed(config.seed, settings.draw)
+    seed = warm_start_seed(config.seed, draw)
     examples = collect_demonstrations(played, chat, episodes=settings.episodes, seed=seed)
     check_turns_fit(examples, config.rollout.max_new_tokens)
     lora = config.model.lora
@@ -221,7 +252,7 @@ def warmstart(
         model=model, args=args, train_dataset=Dataset.from_list(examples),
         processing_class=tokenizer, peft_config=peft_config,
     )
-    progress = RichProgress(f"warm start {config.name}", console)
+    progress = RichProgress(f"warm start {config.name}" + (f" (draw {draw})" if draw else ""), console)
     trainer.remove_callback(PrinterCallback)  # its printed log dicts are replaced by the progress bar
     trainer.add_callback(progress)
     try:
@@ -233,6 +264,4 @@ def warmstart(
     trained.save_pretrained(out)
     tokenizer.save_pretrained(out)
     history = [row for row in trainer.state.log_history if "loss" in row]
-    log = {"examples": len(examples), "seed": seed, "log": history}
-    write_file(run_dir / "warmstart.json", json.dumps(log, indent=1) + "\n")
-    return out
+    return out, {"examples": len(examples), "seed": seed, "draw": draw, "log": history}

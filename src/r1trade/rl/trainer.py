@@ -194,12 +194,9 @@ class Trainer:
         return metrics
 
     def rollout(self) -> list[Trajectory]:
-        """Episodes for this update: `num_envs` environments, consecutive groups of `group_size` share a start."""
-        n, size = self.config.rollout.num_envs, self.config.train.group_size
-        offset = self.distributed.process_index * n  # other processes play other start states
-        groups = [offset + i // size for i in range(n)]
-        seeds = [_episode_seed(self.config.seed, self.state.step, g) for g in groups]
-        return self.engine.run(self.env_factory(n), seeds, groups=groups, generator=self.generator)
+        """Episodes for this update (`rollout_starts`)."""
+        groups, seeds = rollout_starts(self.config, self.state.step, self.distributed.process_index)
+        return self.engine.run(self.env_factory(len(seeds)), seeds, groups=groups, generator=self.generator)
 
     @torch.no_grad()
     def score(self, batch: RolloutBatch) -> RolloutBatch:
@@ -389,6 +386,14 @@ class Trainer:
         append_line(self.run_dir / METRICS_FILE, json.dumps(metrics, default=float))
         if self.on_update is not None:
             self.on_update(metrics)
+
+
+def rollout_starts(config: Config, step: int, process_index: int = 0) -> tuple[list[int], list[int]]:
+    """The groups and episode seeds of the rollout after `step` updates: `num_envs` environments, consecutive
+    groups of `group_size` sharing a start; other processes play other start states."""
+    n, size = config.rollout.num_envs, config.train.group_size
+    groups = [process_index * n + i // size for i in range(n)]
+    return groups, [_episode_seed(config.seed, step, g) for g in groups]
 
 
 def _episode_seed(seed: int, update: int, group: int) -> int:
