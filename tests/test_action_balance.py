@@ -15,7 +15,6 @@ from r1trade.config import load_config
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
 from r1trade.eval.action_balance import action_shares, first_update_rollout
-from r1trade.integrations.trl.settings import check_trl_settings
 from r1trade.models.loading import load_agent_models
 from r1trade.rl.trainer import Trainer
 from r1trade.seeds import WARM_START_UNREAD, warm_start_unread
@@ -67,16 +66,16 @@ def test_a_warm_start_that_fails_its_check_is_replaced_by_the_next_draw(
     assert log["draw"] == kept and log["seed"] == warm_start_seed(0, kept)  # the kept model is the last trained
 
 
-def test_the_check_settings_are_refused_where_they_cannot_work():
+def test_the_check_settings_are_refused_where_they_cannot_work(capsys, tmp_path: Path):
     with pytest.raises(ConfigError, match="more than 3 actions can each take"):
         load_config("smoke", ["warmstart.actions=[long,short,hold]", "warmstart.min_action_share=0.4"])
     with pytest.raises(ConfigError, match="draws needs min_action_share"):
         load_config("smoke", ["warmstart.draws=2"])
-    config = load_config("smoke", ["train.engine=trl", "train.algorithm=grpo", "train.group_size=2",
-                                   "rollout.num_envs=2", "train.minibatch_size=2", "train.micro_batch_size=2", "train.kl_coef=0",
-                                   "warmstart.min_action_share=0.1"])
-    with pytest.raises(ConfigError, match="min_action_share checks a warm start in r1trade's own rollout"):
-        check_trl_settings(config)
+    code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={tmp_path}", "--set", "train.engine=trl",
+                 "--set", "warmstart.min_action_share=0.1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "min_action_share checks a warm start in r1trade's own rollout" in err, err
+    assert "Traceback" not in err and not (tmp_path / "smoke-warmstart" / "model").exists()
 
 
 def test_a_checked_warm_start_reads_the_rollout_and_the_first_update_groups():

@@ -172,6 +172,9 @@ def warmstart(
     `warmstart.min_action_share`, each draw is checked once trained (`first_update_shares`), and the next is trained
     in its place while the check fails, `warmstart.draws` at most; `warmstart.json` keeps every draw's shares."""
     settings = config.warmstart
+    if tools is not None and settings.min_action_share is not None:
+        raise ConfigError("warmstart.min_action_share checks a warm start in r1trade's own rollout, not in TRL's "
+                          "GRPOTrainer (train.engine trl): leave it unset")
     console = console or Console()
     checks = []
     for draw in range(settings.draw, settings.draw + settings.draws):

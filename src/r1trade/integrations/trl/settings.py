@@ -89,9 +89,6 @@ def check_trl_settings(config: Config) -> None:
         raise ConfigError(f"train.engine trl: rollout.num_envs ({config.rollout.num_envs}) must be a multiple of "
                           f"train.minibatch_size ({train.minibatch_size}), and that of train.micro_batch_size "
                           f"({train.micro_batch_size}): TRL steps on whole accumulated minibatches")
-    if config.warmstart.min_action_share is not None:
-        raise ConfigError("train.engine trl: warmstart.min_action_share checks a warm start in r1trade's own "
-                          "rollout, not in GRPOTrainer's; leave it unset")
 
 
 def steps_per_update(config: Config) -> int:
