@@ -108,6 +108,7 @@ def test_the_test_split_and_bad_input_are_refused_in_one_line(run_dir: Path, cap
     cases = [
         (["select-step", str(run_dir), "--split", "test"], "choose a step on validation or train"),
         (["select-step", str(tmp_path)], "is not a run directory"),
+        (["select-step", str(run_dir), "--up-to", "0"], "--up-to 0: give a step of 1 or more"),
         (["select-step", str(run_dir), "--metric", "Direction Acuracy [%]"],
          "has no row 'Direction Acuracy [%]' (did you mean 'Direction Accuracy [%]'?)"),
     ]
@@ -116,6 +117,22 @@ def test_the_test_split_and_bad_input_are_refused_in_one_line(run_dir: Path, cap
         err = capsys.readouterr().err
         assert code == 2 and message in err and one_line(err), err
         assert not (run_dir / SELECTION_FILE).exists()
+
+
+def test_up_to_chooses_among_the_first_steps_and_reuses_what_was_measured(run_dir: Path, monkeypatch) -> None:
+    (run_dir / SELECTION_FILE).unlink(missing_ok=True)
+    measured: list[str] = []
+    figure = step_selection._figure
+    monkeypatch.setattr(step_selection, "_figure",
+                        lambda config, checkpoint, metric: measured.append(checkpoint.name) or figure(
+                            config, checkpoint, metric))
+    first = select_step(run_dir, up_to=1)  # a budget of one update: step 2 is not a candidate
+    assert (first.step, list(first.figures), measured) == (1, [1], ["step-1"])
+    saved = json.loads((run_dir / SELECTION_FILE).read_text())
+    assert saved["up_to"] == 1 and saved["step"] == 1
+    whole = select_step(run_dir)  # the whole run: step 1's figure kept, only step 2 measured
+    assert measured == ["step-1", "step-2"] and whole.figures[1] == first.figures[1] and whole.up_to is None
+    (run_dir / SELECTION_FILE).unlink()
 
 
 class Stop(Exception):
@@ -148,6 +165,7 @@ def test_a_stopped_selection_resumes_at_its_next_step(run_dir: Path, monkeypatch
     assert not (run_dir / PROGRESS_FILE).exists()  # the choice written, the progress goes
 
     # figures of another metric are not this selection's: every step is measured again
+    (run_dir / SELECTION_FILE).unlink()
     (run_dir / PROGRESS_FILE).write_text(json.dumps({**progress, "metric": "Return [%]"}))
     measured.clear()
     assert select_step(run_dir).figures[1] != 101.0 and measured == ["step-1", "step-2"]

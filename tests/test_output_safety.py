@@ -108,7 +108,10 @@ def test_a_fresh_run_into_an_earlier_one_is_refused_without_force(capsys, traine
     code, err = run(capsys, *args)
     assert code == 2 and "holds an earlier run: pass --resume" in err
     (tmp_path / "smoke" / "notes.txt").write_text("mine")
+    for measured in ("selected_step.json", "selecting_step.json"):  # figures of the checkpoints being replaced
+        (tmp_path / "smoke" / measured).write_text("{}")
     assert run(capsys, *args, "--force")[0] == 0
+    assert not any((tmp_path / "smoke" / name).exists() for name in ("selected_step.json", "selecting_step.json"))
     lines = (tmp_path / "smoke" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["update"] for line in lines] == [1]  # started over, not appended
     assert (tmp_path / "smoke" / "notes.txt").read_text() == "mine"  # only the run's own files were cleared

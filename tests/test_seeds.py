@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from r1trade.backtest import step_selection
 from r1trade.cli import main
 from r1trade.config import load_config
 from r1trade.errors import ConfigError, UsageError
@@ -253,6 +254,48 @@ def test_a_finished_seed_is_skipped_and_a_stopped_one_resumed(capsys, tmp_path: 
     err = capsys.readouterr().err
     assert "holds a run of another config" in err and one_line(err)
     assert mtimes(seed_0) == finished
+
+
+def test_a_run_of_another_budget_is_kept_for_a_smaller_one_and_resumed_for_a_larger(
+    capsys, tmp_path: Path, monkeypatch
+) -> None:
+    out = tmp_path / "budget"
+    command = ["seeds", "--config", "smoke", "--seeds", "0", "--out", str(out), *settings(*TINY)]
+    assert main(command) == 0  # two updates, both steps measured on validation
+    run = out / "seed-0" / "run"
+    trained = mtimes(run / "checkpoints") | {run / "metrics.jsonl": (run / "metrics.jsonl").stat().st_mtime_ns}
+    measured: list[str] = []
+    figure = step_selection._figure
+    monkeypatch.setattr(step_selection, "_figure",
+                        lambda config, checkpoint, metric: measured.append(checkpoint.name) or figure(
+                            config, checkpoint, metric))
+
+    # a budget of one update: the run's first step is that run, nothing trained or measured again
+    capsys.readouterr()
+    assert main([*command, "--set", "train.updates=1"]) == 0
+    shown = capsys.readouterr().out
+    assert "was trained further (step-2): its first 1 updates are this run" in shown
+    assert "training finished (step-1), skipped" in shown
+    assert measured == []
+    assert mtimes(run / "checkpoints") | {run / "metrics.jsonl": (run / "metrics.jsonl").stat().st_mtime_ns} == trained
+    selected = json.loads((run / "selected_step.json").read_text())
+    assert (selected["up_to"], selected["step"], [row["step"] for row in selected["figures"]]) == (1, 1, [1])
+    report = json.loads((out / "seed-0" / "test" / "metrics.json").read_text())
+    assert "agent (step-1)" in report["strategies"]
+    assert json.loads((out / "seeds.json").read_text())["seeds"][0]["step"] == 1
+
+    # a budget of three: resumed from step 2; step 1, which the last selection measured, is not measured again
+    assert main([*command, "--set", "train.updates=3"]) == 0
+    assert "training resumed from step-2" in capsys.readouterr().out
+    assert measured == ["step-2", "step-3"]
+    assert [json.loads(line)["update"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert load_config(run / "config.yaml").train.updates == 3
+
+    # a budget the run kept no checkpoint of is refused in one line
+    shutil.rmtree(run / "checkpoints" / "step-2")
+    assert main([*command, "--set", "train.updates=2"]) == 2
+    err = capsys.readouterr().err
+    assert "has no checkpoint of step 2" in err and one_line(err), err
 
 
 def test_a_warm_started_seed(capsys, tmp_path: Path) -> None:

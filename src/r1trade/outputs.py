@@ -25,8 +25,10 @@ REPORT_FILES = frozenset(
 """Everything a backtest report folder holds: a folder of only these may be replaced with --force."""
 TRAINING_MARKERS = ("checkpoints", "metrics.jsonl", "trainer_state.json", "policy", "critic", "model")
 """Entries that make a folder a run, a checkpoint or a warm start: reports never go there."""
-RUN_ARTEFACTS = ("checkpoints", "metrics.jsonl", "splits.json", "config.yaml", "tensorboard")
-"""What `r1trade train` writes into a run folder (and `--force` clears), beside plots, probes and fold runs."""
+RUN_ARTEFACTS = ("checkpoints", "metrics.jsonl", "splits.json", "config.yaml", "tensorboard",
+                 "selected_step.json", "selecting_step.json")
+"""What `r1trade train` writes into a run folder (and `--force` clears), beside plots, probes and fold runs; and
+what `r1trade select-step` measured of its checkpoints, which a new run's checkpoints would not match."""
 FOLD_RUN = re.compile(r"fold-[1-9][0-9]*")
 """The folder name of a walk-forward run's fold agent (`fold_run_dir`)."""
 LOCK_FILE = ".lock"

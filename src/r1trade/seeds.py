@@ -10,8 +10,11 @@ of the config and its `--set` overrides:
   lists the rest): variants of a recipe's RL then start from the same models, a paired comparison;
 - `run/`: RL training from the warm start's model (`r1trade train`); finished once the checkpoint of step
   `train.updates` is in place. A run stopped after a checkpoint continues from its last one (`train
-  --resume`); one stopped before its first checkpoint starts over;
-- `run/selected_step.json`: the step chosen on the validation split (`r1trade select-step`);
+  --resume`); one stopped before its first checkpoint starts over. A run of the same config for another
+  `train.updates` is this recipe's run (`same_run`): resumed to a larger budget, its first steps kept for a
+  smaller one;
+- `run/selected_step.json`: the step chosen on the validation split (`r1trade select-step`), among the
+  checkpoints up to `train.updates`;
 - `restart-K/`: with restarts (`seeds.restarts` in the config), the K-th restart's `warmstart/` and `run/`, its
   overrides on top of the config (its warm start borrowed from `OTHER/seed-S/restart-K/` with `warm_from`). With
   `seeds.restart_until`, a restart runs only while none of the seed's runs before it reached that validation
@@ -289,10 +292,12 @@ def _finished_recipe_seed(recipe: Recipe, seed: int, folder: Path) -> SeedResult
                 return "no run"
             saved = load_config(run_dir / "config.yaml", [])
             started = [f"model.name_or_path={json.dumps(saved.model.name_or_path)}"] if recipe.warm else []
-            if saved.model_dump() != recipe.stage_config(seed, len(selections), *started).model_dump():
+            asked = recipe.stage_config(seed, len(selections), *started)
+            if not same_run(saved, asked):
                 return "it ran another config"
             selection = read_selection(run_dir)
-            if selection is None or not _still_chosen(selection, run_dir, metric=recipe.metric, every=recipe.every):
+            if not _still_chosen(selection, run_dir, metric=recipe.metric, every=recipe.every,
+                                 updates=asked.train.updates):
                 return "not finished (run this seed to finish it)"
             selections.append(selection)
         kept = kept_candidate([s.figures[s.step] for s in selections], recipe.metric)
@@ -309,17 +314,23 @@ def borrowed_warm_start(warm_dir: Path, config: Config) -> Path:
     reads (everything but `warm_start_unread`); otherwise a UsageError saying what does not fit."""
     if not (warm_dir / WARMSTART_LOG).is_file():
         raise UsageError(f"--warmstart-from: '{warm_dir}' holds no finished warm start (no {WARMSTART_LOG})")
-    unread = warm_start_unread(config)
     try:
-        theirs = load_config(warm_dir / "config.yaml", [], unread=unread)
+        fits = same_warm_start(warm_dir / "config.yaml", config)
     except UsageError as error:
         raise UsageError(f"--warmstart-from: {error}") from None
-    if theirs.model_dump(exclude=unread) != config.model_dump(exclude=unread):
+    if not fits:
         raise UsageError(
             f"--warmstart-from: the warm start in '{warm_dir}' ran another config (one that differs in "
             "what a warm start reads), so it is not this recipe's warm start"
         )
     return warm_dir / "model"
+
+
+def same_warm_start(saved: Path, config: Config) -> bool:
+    """Whether the warm start whose config is the file `saved` ran `config` in all that a warm start reads."""
+    unread = warm_start_unread(config)
+    theirs = load_config(saved, [], unread=unread)
+    return theirs.model_dump(exclude=unread) == config.model_dump(exclude=unread)
 
 
 def warm_start_unread(config: Config) -> dict[str, Any]:
@@ -382,7 +393,7 @@ def _run_candidate(
         trained = recipe.stage_config(seed, candidate, f"model.name_or_path={json.dumps(str(borrowed))}")
     elif recipe.warm:
         warm_dir = home / WARMSTART_DIR
-        _refuse_other_config(warm_dir, trained)
+        _refuse_other_work(warm_dir, trained, same_warm_start)
         if (warm_dir / WARMSTART_LOG).is_file():
             _say(console, seed, f"warm start finished ({warm_dir / 'model'}), skipped")
         else:
@@ -392,21 +403,25 @@ def _run_candidate(
         trained = recipe.stage_config(seed, candidate, f"model.name_or_path={model}")
 
     run_dir = home / RUN_DIR
-    _refuse_other_config(run_dir, trained)
+    _refuse_other_work(run_dir, trained, lambda saved, config: same_run(load_config(saved, []), config))
+    updates = trained.train.updates
     done = max((step for step, _ in list_checkpoints(run_dir)), default=0)
-    if ran or done < trained.train.updates:
+    if not ran and done > updates:
+        _say(console, seed, f"{run_dir} was trained further (step-{done}): its first {updates} updates are this run")
+        _check_budget_checkpoint(run_dir, updates)
+    if ran or done < updates:
         resume = not ran and done > 0
         _say(console, seed, f"training resumed from step-{done}" if resume else "training")
         train_run(trained, run_dir, resume=resume, force=not resume, console=console)
         ran = True
     else:
-        _say(console, seed, f"training finished (step-{done}), skipped")
+        _say(console, seed, f"training finished (step-{updates}), skipped")
 
     selection = read_selection(run_dir)
-    if ran or selection is None or not _still_chosen(selection, run_dir, metric=recipe.metric, every=recipe.every):
+    if ran or not _still_chosen(selection, run_dir, metric=recipe.metric, every=recipe.every, updates=updates):
         _say(console, seed, f"choosing the step by {recipe.metric} on the validation split")
         selection = select_step(
-            run_dir, split="validation", metric=recipe.metric, every=recipe.every,
+            run_dir, split="validation", metric=recipe.metric, every=recipe.every, up_to=updates,
             on_step=lambda step, value: _say(console, seed, f"  step {step}: {recipe.metric} {value:.2f}"),
         )
         ran = True
@@ -493,12 +508,30 @@ def add_ladder_record(
     return add_record(ladder, record)
 
 
-def _still_chosen(selection: StepSelection | None, run_dir: Path, *, metric: str, every: int) -> bool:
-    """Whether an earlier selection holds: same split, metric and spacing, made after the last checkpoint."""
+def _still_chosen(selection: StepSelection | None, run_dir: Path, *, metric: str, every: int, updates: int) -> bool:
+    """Whether an earlier selection holds for a run of `updates` updates: same split, metric and spacing, and its
+    last step is that of `updates`, whose checkpoint is in place (a run trained further may hold later ones)."""
     asked = ("validation", metric, every)
     if selection is None or (selection.split, selection.metric, selection.every) != asked:
         return False
-    return max(selection.figures) == max((step for step, _ in list_checkpoints(run_dir)), default=None)
+    return max(selection.figures) == updates and updates in dict(list_checkpoints(run_dir))
+
+
+def same_run(saved: Config, config: Config) -> bool:
+    """Whether a run of `saved` is a run of `config`, perhaps for another number of updates: no schedule reads
+    `train.updates`, so a shorter run is the first part of a longer one (resumed to a larger budget, its first
+    steps kept for a smaller one)."""
+    budget = saved.model_copy(update={"train": saved.train.model_copy(update={"updates": config.train.updates})})
+    return budget.model_dump() == config.model_dump()
+
+
+def _check_budget_checkpoint(run_dir: Path, updates: int) -> None:
+    """A run trained further holds a run of `updates` updates only with the checkpoint of that step."""
+    if updates not in dict(list_checkpoints(run_dir)):
+        raise UsageError(
+            f"'{run_dir}' was trained past train.updates {updates} but has no checkpoint of step {updates} "
+            "(train.checkpoint_every): give another --out, or a budget it has a checkpoint of"
+        )
 
 
 def _warm_start(config: Config, warm_dir: Path, console: Console) -> None:
@@ -512,11 +545,13 @@ def _warm_start(config: Config, warm_dir: Path, console: Console) -> None:
     warmstart(config, warm_dir, tools=tools, console=console)
 
 
-def _refuse_other_config(stage_dir: Path, config: Config) -> None:
-    """A stage folder whose config.yaml is not `config`'s holds other work: refused, not mixed or replaced. The
-    configs are compared as loaded, so a key added to r1trade since (read with its default) changes nothing."""
+def _refuse_other_work(stage_dir: Path, config: Config, same: Callable[[Path, Config], bool]) -> None:
+    """A stage folder whose config.yaml is not `config`'s by `same` (the file, the config) holds other work:
+    refused, not mixed or replaced. A warm start is compared in what it reads (`same_warm_start`), a run as
+    loaded, for any number of updates (`same_run`): a key added to r1trade since (read with its
+    default) changes nothing."""
     saved = stage_dir / "config.yaml"
-    if saved.is_file() and load_config(saved, []).model_dump() != config.model_dump():
+    if saved.is_file() and not same(saved, config):
         raise UsageError(
             f"'{stage_dir}' holds a run of another config (its config.yaml differs from this command's): "
             "give another --out, or delete that folder to run it again"

@@ -9,6 +9,8 @@ step whose figure is not a number never wins. The test split is refused: a step 
 test figure the best of several tries. The figures and the choice go to `RUN/selected_step.json`, written last
 and whole. Each figure is also saved as it is measured (`RUN/selecting_step.json`, removed once the choice is
 written), so a selection that is stopped resumes at the next step: on a pretrained model each step is minutes.
+A step an earlier selection of the same split and metric measured is not measured again (delete both files to
+measure every step again).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ SELECTION_SPLITS = ("validation", "train")
 @dataclass(frozen=True)
 class StepSelection:
     """The chosen `step` of `run_dir` by `metric` on `split`, with each evaluated step's figure (step → value,
-    NaN where the report had none); `every`: the spacing of the evaluated steps (`steps_to_evaluate`)."""
+    NaN where the report had none); `every`: the spacing of the evaluated steps (`steps_to_evaluate`); `up_to`:
+    the last step that could be chosen (None: any)."""
 
     run_dir: Path
     split: str
@@ -48,6 +51,7 @@ class StepSelection:
     every: int
     figures: dict[int, float]
     step: int
+    up_to: int | None = None
 
     @property
     def checkpoint(self) -> Path:
@@ -56,7 +60,7 @@ class StepSelection:
     def to_dict(self) -> dict[str, Any]:
         return {
             "run": str(self.run_dir), "split": self.split, "metric": self.metric, "every": self.every,
-            "figures": _rows(self.figures),
+            "up_to": self.up_to, "figures": _rows(self.figures),
             "step": self.step, "checkpoint": str(self.checkpoint), "value": self.figures[self.step],
         }
 
@@ -86,6 +90,11 @@ def steps_to_evaluate(steps: Sequence[int], every: int) -> list[int]:
     return sorted({*(step for step in steps if step % every == 0), *steps[-1:]})
 
 
+def checkpoints_up_to(run_dir: Path, up_to: int | None) -> list[tuple[int, Path]]:
+    """The run's complete checkpoints (`list_checkpoints`) at steps up to `up_to` (all: None)."""
+    return [(step, path) for step, path in list_checkpoints(run_dir) if up_to is None or step <= up_to]
+
+
 def check_selectable(config: Config, what: str) -> None:
     """A step is chosen for one agent on one candle file: walk-forward runs and several files are refused;
     `what` names the run or config in the message."""
@@ -107,11 +116,13 @@ def select_step(
     split: str = "validation",
     metric: str = DEFAULT_METRIC,
     every: int = 1,
+    up_to: int | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> StepSelection:
-    """Backtest the chosen checkpoints of `run_dir` on `split` (`steps_to_evaluate`), pick the best by
-    `metric` (`best_step`) and write `RUN/selected_step.json`; `on_step(step, value)` is called as each is
-    measured. The run folder is locked meanwhile: a run still training there is refused, not read half-way."""
+    """Backtest the chosen checkpoints of `run_dir` up to step `up_to` (all: None) on `split`
+    (`steps_to_evaluate`), pick the best by `metric` (`best_step`) and write `RUN/selected_step.json`;
+    `on_step(step, value)` is called as each is measured. The run folder is locked meanwhile: a run still
+    training there is refused, not read half-way."""
     if split not in SELECTION_SPLITS:
         raise UsageError(
             f"--split {split}: choose a step on {' or '.join(SELECTION_SPLITS)}; the test split is kept for "
@@ -119,14 +130,17 @@ def select_step(
         )
     if every < 1:
         raise UsageError(f"--every {every}: give 1 or more")
+    if up_to is not None and up_to < 1:
+        raise UsageError(f"--up-to {up_to}: give a step of 1 or more")
     if not (run_dir / "config.yaml").is_file():
         raise UsageError(f"'{run_dir}' is not a run directory (no config.yaml)")
     config = load_config(run_dir / "config.yaml", [f"backtest.split={split}"])
     check_selectable(config, f"'{run_dir}'")
     with locked_run_folder(run_dir):
-        checkpoints = dict(list_checkpoints(run_dir))
+        checkpoints = dict(checkpoints_up_to(run_dir, up_to))
         if not checkpoints:
-            raise UsageError(f"'{run_dir}' has no complete checkpoint to choose from")
+            after = "" if up_to is None else f" up to step {up_to}"
+            raise UsageError(f"'{run_dir}' has no complete checkpoint{after} to choose from")
         measured = _measured_before(run_dir, split, metric)
         figures: dict[int, float] = {}
         for step in steps_to_evaluate(list(checkpoints), every):
@@ -139,7 +153,7 @@ def select_step(
             if on_step is not None:
                 on_step(step, figures[step])
         chosen = best_step(figures, lower_is_better=metric in LOWER_IS_BETTER)
-        selection = StepSelection(run_dir, split, metric, every, figures, chosen)
+        selection = StepSelection(run_dir, split, metric, every, figures, chosen, up_to)
         write_file(run_dir / SELECTION_FILE, json.dumps(selection.to_dict(), indent=1) + "\n")
         (run_dir / PROGRESS_FILE).unlink(missing_ok=True)
     return selection
@@ -152,8 +166,9 @@ def read_selection(run_dir: Path) -> StepSelection | None:
         return None
     saved = read_json_object(path)
     try:
+        up_to = saved.get("up_to")  # absent from the selections written before it was recorded
         return StepSelection(run_dir, str(saved["split"]), str(saved["metric"]), int(saved["every"]),
-                             _figures(saved["figures"]), int(saved["step"]))
+                             _figures(saved["figures"]), int(saved["step"]), None if up_to is None else int(up_to))
     except (KeyError, TypeError, ValueError):
         raise UsageError(f"{path} is not what `r1trade select-step` writes: delete it to choose again") \
             from None
@@ -175,18 +190,21 @@ def _figures_json(split: str, metric: str, figures: Mapping[int, float]) -> str:
 
 
 def _measured_before(run_dir: Path, split: str, metric: str) -> dict[int, float]:
-    """The figures a stopped selection of the same split and metric measured (step → value), else none."""
-    path = run_dir / PROGRESS_FILE
-    if not path.is_file():
-        return {}
-    saved = read_json_object(path)
-    try:
-        if (saved["split"], saved["metric"]) != (split, metric):
-            return {}
-        return _figures(saved["figures"])
-    except (KeyError, TypeError, ValueError):
-        raise UsageError(f"{path} is not what `r1trade select-step` writes: delete it to measure again") \
-            from None
+    """The figures of the same split and metric that an earlier selection of this run measured (step → value):
+    a finished one's (`SELECTION_FILE`: another --every or --up-to reuses them), then a stopped one's. A
+    checkpoint never changes once written, and `train --force` removes both files with the checkpoints."""
+    measured: dict[int, float] = {}
+    for path in (run_dir / SELECTION_FILE, run_dir / PROGRESS_FILE):
+        if not path.is_file():
+            continue
+        saved = read_json_object(path)
+        try:
+            if (saved["split"], saved["metric"]) == (split, metric):
+                measured.update(_figures(saved["figures"]))
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(f"{path} is not what `r1trade select-step` writes: delete it to measure again") \
+                from None
+    return measured
 
 
 def _figure(config: Config, checkpoint: Path, metric: str) -> float:

@@ -228,9 +228,13 @@ def select_step_command(
     = "validation",
     metric: MetricOption = None,
     every: EveryOption = 1,
+    up_to: Annotated[int | None, typer.Option(
+        "--up-to", help="choose among the checkpoints up to this step: what a budget of that many updates chooses"
+    )] = None,
 ) -> None:
     """Choose a run's step without the test split: each checkpoint backtested greedily on --split, the best
-    --metric kept (the earliest of equal steps); writes RUN/selected_step.json."""
+    --metric kept (the earliest of equal steps); writes RUN/selected_step.json. A step the run's last selection
+    measured on the same split and metric keeps its figure (delete that file to measure it again)."""
     from r1trade.backtest.step_selection import DEFAULT_METRIC, SELECTION_FILE, select_step
 
     metric = metric or DEFAULT_METRIC
@@ -238,7 +242,7 @@ def select_step_command(
     def show(step: int, value: float) -> None:
         console.print(f"step {step:>4}: {metric} {value:.2f}", markup=False, highlight=False)
 
-    selection = select_step(run_dir, split=split, metric=metric, every=every, on_step=show)
+    selection = select_step(run_dir, split=split, metric=metric, every=every, up_to=up_to, on_step=show)
     best = selection.figures[selection.step]
     console.print(
         f"selected step-{selection.step}: {metric} {best:.2f} on the {split} split ({selection.checkpoint})",
