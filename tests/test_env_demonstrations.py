@@ -12,9 +12,9 @@ from r1trade.config import load_config
 from r1trade.env.demonstrations import ACTION_PROMPT, observed_changes, random_turn
 from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError
-from r1trade.eval.action_stats import classify, decision_position
 from r1trade.models.chat import ChatTokens
 from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.rollout.decisions import classify, decision_position
 from r1trade.rollout.loop import Turn
 from r1trade.warmstart import collect_demonstrations
 

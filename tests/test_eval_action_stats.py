@@ -7,9 +7,10 @@ import math
 import torch
 
 from r1trade.env.demonstrations import TRADE_ACTIONS
-from r1trade.eval.action_stats import _decision_token, action_word_ids, word_logprob
+from r1trade.eval.action_stats import _decision_token, word_logprob
 from r1trade.models.loading import build_tiny_model
 from r1trade.models.tokenizer import build_tiny_tokenizer
+from r1trade.rollout.decisions import action_word_ids
 from r1trade.rollout.loop import Segment, Trajectory, Turn
 
 

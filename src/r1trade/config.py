@@ -541,6 +541,11 @@ class TrainConfig(Section):
     value_clip: float = Field(0.2, gt=0, description="clip of the value update (ppo)")
     value_coef: float = Field(0.5, ge=0, description="weight of the value loss (ppo)")
     entropy_coef: float = Field(0.001, ge=0, description="entropy bonus over sampled tokens")
+    side_entropy_coef: float = Field(
+        0.0, ge=0, description="entropy bonus on the side alone: at each long or short trade, the entropy of the "
+        "choice between the two words where they part (after `Action:`), renormalised; it keeps both sides sampled "
+        "until the rewards favour one, where a bonus over all tokens spends itself on the format"
+    )
     kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
     kl_placement: Literal["auto", "reward", "loss"] = Field(
         "auto", description="where the KL penalty acts: in each sampled token's reward (k1, as PPO for RLHF and "

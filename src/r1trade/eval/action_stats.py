@@ -26,11 +26,12 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from r1trade.config import Config
-from r1trade.env.demonstrations import ACTION_PROMPT, TRADE_ACTIONS
+from r1trade.env.demonstrations import TRADE_ACTIONS
 from r1trade.env.information import information_use
 from r1trade.env.trading_env import make_envs
 from r1trade.rollout.backend import sampling_from_config
 from r1trade.rollout.build import transformers_engine
+from r1trade.rollout.decisions import action_word_ids, classify, decision_position
 from r1trade.rollout.loop import Trajectory, Turn
 
 OTHER = ("info", "malformed")
@@ -57,35 +58,6 @@ class ActionStats:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def classify(turn: Turn) -> str:
-    """long, short, hold, close, info (an information tool) or malformed (a refused or unparsable call)."""
-    info = turn.info
-    if info.get("parse_error") is not None or info.get("tool_error") is not None:
-        return "malformed"
-    action = info.get("action") or {}
-    name = action.get("name")
-    if name == "place_order":
-        return str(action.get("arguments", {}).get("side"))
-    if name == "close_position":
-        return "close"
-    if name == "hold":
-        return "hold"
-    return "info"
-
-
-def action_word_ids(tokenizer) -> dict[str, list[int]]:
-    """The tokens of each action word as it follows `Action:` (with its leading space)."""
-    return {a: tokenizer(f" {a}", add_special_tokens=False)["input_ids"] for a in TRADE_ACTIONS}
-
-
-def decision_position(tokenizer, sampled: list[int]) -> int:
-    """Index (into the turn's sampled tokens) of the decision token: the first after `Action:`, else 0."""
-    for k in range(1, len(sampled)):
-        if tokenizer.decode(sampled[:k]).rstrip().endswith(ACTION_PROMPT):
-            return k
-    return 0
 
 
 @torch.no_grad()

@@ -44,7 +44,7 @@ from r1trade.env.demonstrations import ACTION_PROMPT, TRADE_ACTIONS, observed_ch
 from r1trade.env.information import SIGNAL_TOOL
 from r1trade.env.trading_env import FixedStart, make_envs
 from r1trade.errors import UsageError
-from r1trade.eval.action_stats import action_word_ids, expected_direction, word_logprob
+from r1trade.eval.action_stats import expected_direction, word_logprob
 from r1trade.models.chat import ChatTokens
 from r1trade.models.loading import load_agent_models
 from r1trade.models.scoring import backbone_hidden, causal_lm
@@ -52,6 +52,7 @@ from r1trade.outputs import write_file
 from r1trade.rl.checkpoint import list_checkpoints, load_policy
 from r1trade.rollout.backend import sampling_from_config
 from r1trade.rollout.build import transformers_engine
+from r1trade.rollout.decisions import action_word_ids
 
 SIDES = ("long", "short")
 CALL_PREFIX = '<tool_call>{"name": "place_order", "arguments": {"side": "'

@@ -34,6 +34,7 @@ class RolloutBatch:
     value_mask: torch.Tensor | None = None  # (R, T) tokens whose value the critic is trained on
     anchor: torch.Tensor | None = None  # (R, T) long: the anchor state of that turn (`anchor_states`), else -1
     loss_weight: torch.Tensor | None = None  # (R, T) each token's weight in the loss's mean (None: 1 each)
+    side_mask: torch.Tensor | None = None  # (R, T) 1 at each long or short trade's side token, where asked
 
     @property
     def rows(self) -> int:
@@ -79,8 +80,12 @@ class RolloutBatch:
         return RolloutBatch(**{k: (v[:, :width] if v is not None and v.dim() == 2 else v) for k, v in cut.items()})
 
 
-def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
-    """Stack every segment of every trajectory as a right-padded row, each sampled token tagged with its turn."""
+def collate(
+    trajectories: list[Trajectory], *, pad_id: int, sides: list[list[tuple[int, int]]] | None = None
+) -> RolloutBatch:
+    """Stack every segment of every trajectory as a right-padded row, each sampled token tagged with its turn;
+    `sides`, per trajectory (segment, token) pairs (`r1trade.rollout.decisions.side_positions`), fill
+    `side_mask`."""
     segments = [
         (n, i, t.group, seg) for n, t in enumerate(trajectories) for i, seg in enumerate(t.segments) if len(seg)
     ]
@@ -113,6 +118,11 @@ def collate(trajectories: list[Trajectory], *, pad_id: int) -> RolloutBatch:
             batch.anchor[row, turn.start : turn.end] = anchor_ids.setdefault(state, len(anchor_ids))
             batch.turn[row, turn.start : turn.end] = k
             batch.decision[row, turn.start : turn.end] = int(turn.info.get("decision_index", k))
+    if sides is not None:
+        batch.side_mask = torch.zeros(rows, width)
+        for n, tokens in enumerate(sides):
+            for segment, token in tokens:
+                batch.side_mask[row_of[n, segment], token] = 1.0
     return batch
 
 

@@ -7,7 +7,8 @@ One update reads top to bottom, CleanRL-style:
   3. advantages — GAE over turns or action tokens (PPO), group baselines (GRPO, Dr. GRPO, RLOO, optionally per
      decision or per anchor state as GiGPO) or normalised returns (REINFORCE++);
   4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask (per token, or per
-     episode); clipped gradients; a non-finite loss or gradient skips the step;
+     episode), less the entropy bonuses (over every sampled token, and over the side at each long or short
+     trade); clipped gradients; a non-finite loss or gradient skips the step;
   5. log and checkpoint (also after the update under way when a signal asks the run to stop).
 Under `accelerate launch` every process plays its own episodes and gradients are averaged before each step
 (`r1trade.rl.distributed`).
@@ -57,6 +58,7 @@ from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 from r1trade.rl.stopping import StopRequest
 from r1trade.rollout.backend import sampling_from_config
 from r1trade.rollout.build import transformers_engine
+from r1trade.rollout.decisions import side_positions, side_tokens
 from r1trade.rollout.loop import TextEnv, Trajectory
 
 EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
@@ -74,6 +76,7 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.config.train
         self.uses_critic = cfg.algorithm == "ppo"
+        self.side_ids = side_tokens(self.models.tokenizer)[1] if cfg.side_entropy_coef > 0 else None
         # Data parallel under `accelerate launch`: every process plays its own episodes and gradients are
         # averaged across processes before each optimiser step; on one CPU this is a plain single process.
         self.distributed = Distributed()
@@ -153,7 +156,10 @@ class Trainer:
         started = time.perf_counter()
         trajectories = self.rollout()
         rollout_seconds = time.perf_counter() - started
-        batch = collate(trajectories, pad_id=self.engine.pad_id).to(self.distributed.device)
+        sides = None
+        if self.side_ids is not None:
+            sides = [side_positions(trajectory, self.models.tokenizer) for trajectory in trajectories]
+        batch = collate(trajectories, pad_id=self.engine.pad_id, sides=sides).to(self.distributed.device)
         stabilisers: dict[str, float] = {}  # what the optional stabilisers did this update
         if cfg.dynamic_sampling:
             batch, stabilisers["dynamic_sampling_dropped_rate"] = drop_uniform_groups(batch)
@@ -307,6 +313,7 @@ class Trainer:
             self.models.policy, self.models.critic, micro.input_ids, micro.attention_mask,
             temperature=self._temperature(), chunk=cfg.logprob_chunk, with_values=self.uses_critic,
             token_mask=self._scored(micro.action_mask), share_prefix=cfg.share_prefix,
+            choice_mask=micro.side_mask, choice_ids=self.side_ids,
         )
         pg, stats = policy_loss(
             out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high,
@@ -314,6 +321,10 @@ class Trainer:
         )
         entropy = entropy_bonus(out.entropy, mask, micro.loss_weight)
         loss = pg - cfg.entropy_coef * entropy
+        if out.choice_entropy is not None and micro.side_mask is not None:
+            # zero off the side tokens, so in the loss's token mean each side weighs as its token's advantage does
+            loss = loss - cfg.side_entropy_coef * entropy_bonus(out.choice_entropy, mask, micro.loss_weight)
+            stats["side_entropy"] = float(masked_mean(out.choice_entropy, micro.side_mask).detach())
         kl_tokens = kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3")
         kl = masked_mean(kl_tokens, mask)
         if kl_in_loss(cfg) and uses_kl(cfg):
