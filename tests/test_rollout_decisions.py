@@ -1,6 +1,6 @@
-"""Where a trade turn chooses its side: where the words long and short part on the tiny tokenizer (a space first)
-and on a tokenizer that spells each as one token, and the side token of each turn of a trajectory; the batch's
-side mask; and the renormalised entropy of the side choice worked by hand."""
+"""Where a trade turn chooses its side: the token where the tool call's side argument parts between long and
+short on the tiny tokenizer and on one that spells each as one token, and the side token of each turn of a
+trajectory; the batch's side mask; and the renormalised entropy of the side choice worked by hand."""
 
 from __future__ import annotations
 
@@ -17,43 +17,53 @@ from r1trade.rollout.loop import Segment, Trajectory, Turn
 
 
 class WholeWords:
-    """A tokenizer that spells ` long` and ` short` as one token each (as SmolLM2's does: 986 and 1890)."""
+    """A tokenizer that spells `{"side": "long"}` and `{"side": "short"}` with the side as one token (as SmolLM2's
+    does: 5480 and 15539)."""
+
+    CALLS = {'{"side": "long"}': [90, 476, 5480, 1002], '{"side": "short"}': [90, 476, 15539, 1002]}
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
-        return {"input_ids": {" long": [986], " short": [1890]}[text]}
+        return {"input_ids": self.CALLS[text]}
 
 
-def test_the_sides_part_after_the_tiny_tokenizers_space_and_at_once_on_whole_words() -> None:
-    # the tiny tokenizer: " long" = " " "l" "on" "g" (223 78 264 73), " short" = " " "sh" "or" "t" (223 292 319 86)
-    assert side_tokens(build_tiny_tokenizer()) == ([223], [78, 292])
-    assert side_tokens(WholeWords()) == ([], [986, 1890])
+def test_the_side_argument_parts_at_one_token() -> None:
+    # the tiny tokenizer spells the values "l" "on" "g" (78 264 73) and "sh" "or" "t" (292 319 86)
+    assert side_tokens(build_tiny_tokenizer()) == [78, 292]
+    assert side_tokens(WholeWords()) == [5480, 15539]
 
 
-def turn_of(tokenizer, segment: Segment, text: str, action: dict | None, *, sampled: bool = True) -> Turn:
-    """Append `text` to `segment` (sampled, or an observation) and return its turn."""
+def call(side: str) -> str:
+    return f'<tool_call>{{"name": "place_order", "arguments": {{"side": "{side}", "size": 1.0}}}}</tool_call>'
+
+
+def turn_of(tokenizer, segment: Segment, text: str, action: dict) -> Turn:
+    """Append `text` to `segment` as sampled tokens and return its turn."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     start = len(segment.token_ids)
-    segment.extend(ids, sampled=sampled)
+    segment.extend(ids, sampled=True)
     info = {"parse_error": None, "tool_error": None, "action": action}
     return Turn(0, start, start + len(ids), text, 0.0, False, info)
 
 
 def test_each_long_or_short_turn_has_its_side_token_and_no_other_turn_has_one() -> None:
     tokenizer = build_tiny_tokenizer()
+    long, short = ({"name": "place_order", "arguments": {"side": side}} for side in ("long", "short"))
     segment = Segment()
     turns = [
-        turn_of(tokenizer, segment, "Action: long.", {"name": "place_order", "arguments": {"side": "long"}}),
-        turn_of(tokenizer, segment, "get_changes", {"name": "get_changes", "arguments": {}}),
+        turn_of(tokenizer, segment, f"Action: long.\n{call('long')}", long),
+        turn_of(tokenizer, segment, '<tool_call>{"name": "get_changes", "arguments": {}}</tool_call>',
+                {"name": "get_changes", "arguments": {}}),
         turn_of(tokenizer, segment, "Action: hold.", {"name": "hold", "arguments": {}}),
-        turn_of(tokenizer, segment, "4 bars -1.00%. Action: short.",
-                {"name": "place_order", "arguments": {"side": "short"}}),
-        turn_of(tokenizer, segment, "short", {"name": "place_order", "arguments": {"side": "short"}}),  # no Action:
+        # it names long, then executes short: the executed side is the one that counts
+        turn_of(tokenizer, segment, f"Action: long.\n{call('short')}", short),
     ]
     trajectory = Trajectory(seed=0, group=0, segments=[segment], turns=turns)
     found = side_positions(trajectory, tokenizer)
-    # "Action:" is 4 tokens (A c tion :), then the shared space: the side token is the sixth of each turn
-    assert found == [(0, turns[0].start + 5), (0, turns[3].start + len(tokenizer("4 bars -1.00%. ")["input_ids"]) + 5)]
-    assert [segment.token_ids[token] for _, token in found] == [78, 292]  # "l" and "sh"
+    assert [segment.token_ids[token] for _, token in found] == [78, 292]  # "l" of long, "sh" of short
+    for (_, token), turn in zip(found, (turns[0], turns[3]), strict=True):
+        assert turn.start < token < turn.end
+        before = tokenizer.decode(segment.token_ids[turn.start : token])
+        assert before.startswith("Action: long.") and before.endswith('{"side": "')  # past the Action word
 
     batch = collate([trajectory], pad_id=0, sides=[found])
     assert batch.side_mask is not None and batch.side_mask.sum() == 2

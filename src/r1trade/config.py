@@ -543,8 +543,9 @@ class TrainConfig(Section):
     entropy_coef: float = Field(0.001, ge=0, description="entropy bonus over sampled tokens")
     side_entropy_coef: float = Field(
         0.0, ge=0, description="entropy bonus on the side alone: at each long or short trade, the entropy of the "
-        "choice between the two words where they part (after `Action:`), renormalised; it keeps both sides sampled "
-        "until the rewards favour one, where a bonus over all tokens spends itself on the format"
+        "tool call's side argument between the two words where they part, renormalised, given all the turn wrote "
+        "before it; it keeps both sides sampled until the rewards favour one, where a bonus over all tokens spends "
+        "itself on the format"
     )
     kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
     kl_placement: Literal["auto", "reward", "loss"] = Field(

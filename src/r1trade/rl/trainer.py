@@ -76,7 +76,7 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.config.train
         self.uses_critic = cfg.algorithm == "ppo"
-        self.side_ids = side_tokens(self.models.tokenizer)[1] if cfg.side_entropy_coef > 0 else None
+        self.side_ids = side_tokens(self.models.tokenizer) if cfg.side_entropy_coef > 0 else None
         # Data parallel under `accelerate launch`: every process plays its own episodes and gradients are
         # averaged across processes before each optimiser step; on one CPU this is a plain single process.
         self.distributed = Distributed()

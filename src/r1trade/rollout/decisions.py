@@ -1,11 +1,12 @@
 """Where a trade turn makes its choice: the action words' tokens, a turn's kind, its decision token and its side
 token.
 
-The warm starts teach a trade turn that ends `Action: <word>.`, so the token after `Action:` is where the policy
-chooses among the trade actions (`r1trade.eval.action_stats` reads the policy there). The side, long or short,
-is chosen at the token where those two words part (the first of each on SmolLM2's tokenizer; the tiny
-tokenizer spells both with a space first): the trainer's side-entropy bonus (`train.side_entropy_coef`) acts there
-alone.
+The warm starts teach a trade turn that says `Action: <word>.` before its tool call, so the token after `Action:`
+is where the policy first names its trade (`r1trade.eval.action_stats` reads the policy there). The side that is
+executed, long or short, is the tool call's `side` argument: its side token is where `"side": "long"` and
+`"side": "short"` part (`long` against `short` on SmolLM2's tokenizer, `l` against `sh` on the tiny one). The
+trainer's side-entropy bonus (`train.side_entropy_coef`) acts there alone: the entropy of the side given all the
+turn wrote before it, which a side decided earlier and copied cannot escape.
 """
 
 from __future__ import annotations
@@ -36,16 +37,17 @@ def action_word_ids(tokenizer) -> dict[str, list[int]]:
 
 
 SIDES = ("long", "short")
+SIDE_ARGUMENT = '"side": "'
+"""What the tool call writes before the side it executes (the warm start's JSON, as `json.dumps` spells it)."""
 
 
-def side_tokens(tokenizer) -> tuple[list[int], list[int]]:
-    """Where the words long and short part, as they follow `Action:`: the tokens they share first, and the token
-    of each there (long's, then short's)."""
-    words = [tokenizer(f" {side}", add_special_tokens=False)["input_ids"] for side in SIDES]
+def side_tokens(tokenizer) -> list[int]:
+    """The token where a tool call's side argument parts between long and short: long's, then short's."""
+    calls = [tokenizer(f"{{{SIDE_ARGUMENT}{side}\"}}", add_special_tokens=False)["input_ids"] for side in SIDES]
     shared = 0
-    while shared < min(map(len, words)) - 1 and words[0][shared] == words[1][shared]:
+    while shared < min(map(len, calls)) - 1 and calls[0][shared] == calls[1][shared]:
         shared += 1
-    return words[0][:shared], [ids[shared] for ids in words]
+    return [ids[shared] for ids in calls]
 
 
 def decision_position(tokenizer, sampled: list[int]) -> int:
@@ -57,15 +59,15 @@ def decision_position(tokenizer, sampled: list[int]) -> int:
 
 
 def side_positions(trajectory: Trajectory, tokenizer) -> list[tuple[int, int]]:
-    """(segment, token index) of the side token of each turn that went long or short: where the two words part
-    after `Action:`, when the turn spelt its side there as the words are tokenised."""
-    shared, ids = side_tokens(tokenizer)
+    """(segment, token index) of the side token of each turn that went long or short: the last of its sampled
+    tokens that is a side token and follows `SIDE_ARGUMENT`."""
+    ids = side_tokens(tokenizer)
     found = []
     for turn in trajectory.turns:
         if classify(turn) in SIDES:
             sampled = trajectory.segments[turn.segment].token_ids[turn.start : turn.end]
-            offset = decision_position(tokenizer, sampled)
-            at = offset + len(shared)
-            if offset > 0 and sampled[offset:at] == shared and at < len(sampled) and sampled[at] in ids:
-                found.append((turn.segment, turn.start + at))
+            for at in reversed(range(len(sampled))):
+                if sampled[at] in ids and tokenizer.decode(sampled[:at]).endswith(SIDE_ARGUMENT):
+                    found.append((turn.segment, turn.start + at))
+                    break
     return found
