@@ -181,3 +181,15 @@ def test_a_damaged_progress_file_is_refused_in_one_line(run_dir: Path, capsys) -
         assert code != 0 and PROGRESS_FILE in err and one_line(err), err
         assert not (run_dir / SELECTION_FILE).exists()
     (run_dir / PROGRESS_FILE).unlink()
+
+
+def test_a_damaged_earlier_selection_is_refused_in_one_line_and_kept(run_dir: Path, capsys) -> None:
+    """Its figures would be reused, so a damaged one is named, not measured over or overwritten."""
+    for content in ['{"split": "validation", "metric": "Direction Accuracy [%]", "figures": [{"step": "x"}]}',
+                    "[1, 2]", "{not json"]:
+        (run_dir / SELECTION_FILE).write_text(content)
+        code = main(["select-step", str(run_dir)])
+        err = capsys.readouterr().err
+        assert code != 0 and SELECTION_FILE in err and one_line(err), err
+        assert (run_dir / SELECTION_FILE).read_text() == content
+    (run_dir / SELECTION_FILE).unlink()
