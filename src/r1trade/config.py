@@ -544,8 +544,8 @@ class TrainConfig(Section):
     side_entropy_coef: float = Field(
         0.0, ge=0, description="entropy bonus on the side alone: at each long or short trade, the entropy of the "
         "tool call's side argument between the two words where they part, renormalised, given all the turn wrote "
-        "before it; it keeps both sides sampled until the rewards favour one, where a bonus over all tokens spends "
-        "itself on the format"
+        "before it (near 0, and inert, where the call copies a side named earlier); it keeps both sides sampled "
+        "until the rewards favour one, where a bonus over all tokens spends itself on the format"
     )
     kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
     kl_placement: Literal["auto", "reward", "loss"] = Field(

@@ -6,7 +6,8 @@ is where the policy first names its trade (`r1trade.eval.action_stats` reads the
 executed, long or short, is the tool call's `side` argument: its side token is where `"side": "long"` and
 `"side": "short"` part (`long` against `short` on SmolLM2's tokenizer, `l` against `sh` on the tiny one). The
 trainer's side-entropy bonus (`train.side_entropy_coef`) acts there alone: the entropy of the side given all the
-turn wrote before it, which a side decided earlier and copied cannot escape.
+turn wrote before it. Where the call copies a side the turn named earlier, that entropy is near 0, and so is the
+bonus's pull.
 """
 
 from __future__ import annotations
