@@ -172,24 +172,20 @@ def test_a_stopped_selection_resumes_at_its_next_step(run_dir: Path, monkeypatch
     (run_dir / SELECTION_FILE).unlink()
 
 
-def test_a_damaged_progress_file_is_refused_in_one_line(run_dir: Path, capsys) -> None:
+@pytest.mark.parametrize("damaged", [PROGRESS_FILE, SELECTION_FILE])
+def test_a_damaged_earlier_measurement_is_refused_in_one_line_and_nothing_is_written(
+    run_dir: Path, capsys, damaged: str
+) -> None:
+    """A stopped selection's figures and a finished one's are both reused, so a damaged file is named, not
+    measured over: no selection is written, and a damaged earlier one is kept as it was."""
     for content in ['{"split": "validation", "metric": "Direction Accuracy [%]", "figures": [{"step": "x"}]}',
                     "[1, 2]", "{not json"]:
-        (run_dir / PROGRESS_FILE).write_text(content)
+        (run_dir / damaged).write_text(content)
         code = main(["select-step", str(run_dir)])
         err = capsys.readouterr().err
-        assert code != 0 and PROGRESS_FILE in err and one_line(err), err
-        assert not (run_dir / SELECTION_FILE).exists()
-    (run_dir / PROGRESS_FILE).unlink()
-
-
-def test_a_damaged_earlier_selection_is_refused_in_one_line_and_kept(run_dir: Path, capsys) -> None:
-    """Its figures would be reused, so a damaged one is named, not measured over or overwritten."""
-    for content in ['{"split": "validation", "metric": "Direction Accuracy [%]", "figures": [{"step": "x"}]}',
-                    "[1, 2]", "{not json"]:
-        (run_dir / SELECTION_FILE).write_text(content)
-        code = main(["select-step", str(run_dir)])
-        err = capsys.readouterr().err
-        assert code != 0 and SELECTION_FILE in err and one_line(err), err
-        assert (run_dir / SELECTION_FILE).read_text() == content
-    (run_dir / SELECTION_FILE).unlink()
+        assert code != 0 and damaged in err and one_line(err), err
+        if damaged == SELECTION_FILE:
+            assert (run_dir / SELECTION_FILE).read_text() == content
+        else:
+            assert not (run_dir / SELECTION_FILE).exists()
+    (run_dir / damaged).unlink()
