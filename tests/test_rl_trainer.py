@@ -130,11 +130,13 @@ def test_the_stabilisers_log_what_they_did(tmp_path: Path):
     make_trainer(plain, tmp_path / "plain").train()
     (row,) = read_metrics(tmp_path / "plain")
     assert not {"step_group_shared_rate", "dynamic_sampling_dropped_rate", "side_entropy"} & row.keys()
-    # the side-entropy bonus logs the mean entropy of the side choice; VowelEnv's turns never trade: 0 here
+    # the side-entropy bonus logs the mean entropy of the side choice, in all and per place; VowelEnv's turns
+    # never trade: 0 here
     sides = make_config(updates=1, side_entropy_coef=0.1)
     make_trainer(sides, tmp_path / "sides").train()
     (row,) = read_metrics(tmp_path / "sides")
-    assert row["side_entropy"] == 0.0 and row["skipped_steps"] == 0
+    assert row["side_entropy"] == row["side_entropy/action_word"] == row["side_entropy/side_argument"] == 0.0
+    assert row["skipped_steps"] == 0
 
 
 def test_optimizer_steps_count_segments_not_episodes(tmp_path: Path):

@@ -281,18 +281,19 @@ def test_a_kl_placed_in_the_loss_adds_its_mean_to_the_ppo_loss(tmp_path):
 
 
 def test_the_side_entropy_bonus_takes_its_share_of_the_token_mean_from_the_ppo_loss(tmp_path):
-    # Two sampled tokens are side tokens. The bonus is zero elsewhere, so the two losses differ by the coefficient
-    # times the side tokens' entropies summed over the minibatch's sampled tokens, each entropy the side choice
-    # renormalised from a plain forward pass ("l" against "sh" on the tiny tokenizer, ids 78 and 292).
+    # Two sampled tokens name a side, one at each place. The bonus is zero elsewhere, so the two losses differ by
+    # the coefficient times their entropies summed over the minibatch's sampled tokens, each entropy the side
+    # choice renormalised from a plain forward pass ("l" against "sh" at both places on the tiny tokenizer, ids 78
+    # and 292).
     batch = shared_batch()
-    side_mask = torch.zeros_like(batch.action_mask)
+    side_choice = torch.full_like(batch.input_ids, -1)
     picked = batch.action_mask.nonzero()[[0, 5]]  # (2, 2): (row, token)
-    side_mask[picked[:, 0], picked[:, 1]] = 1.0
+    side_choice[picked[:, 0], picked[:, 1]] = torch.tensor([0, 1])
     results = {}
     for coef in (0.0, 0.5):
         trainer = make_trainer(tmp_path / str(coef), lora=True, share=False, algorithm="ppo",
                                extra=(f"train.side_entropy_coef={coef}",))
-        scored = compute_advantages(trainer.score(replace(batch, side_mask=side_mask)), trainer.config.train)
+        scored = compute_advantages(trainer.score(replace(batch, side_choice=side_choice)), trainer.config.train)
         results[coef] = trainer.loss(scored)
     with torch.no_grad():
         logits = trainer.models.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
@@ -303,5 +304,7 @@ def test_the_side_entropy_bonus_takes_its_share_of_the_token_mean_from_the_ppo_l
     (plain, plain_stats), (bonus, bonus_stats) = results[0.0], results[0.5]
     assert "side_entropy" not in plain_stats
     assert bonus_stats["side_entropy"] == pytest.approx(sum(entropies) / 2, rel=1e-4)
+    assert bonus_stats["side_entropy/action_word"] == pytest.approx(entropies[0], rel=1e-4)
+    assert bonus_stats["side_entropy/side_argument"] == pytest.approx(entropies[1], rel=1e-4)
     sampled = float(batch.action_mask.sum())
     assert plain.item() - bonus.item() == pytest.approx(0.5 * sum(entropies) / sampled, rel=1e-3)

@@ -1,6 +1,6 @@
-"""Where a trade turn chooses its side: the token where the tool call's side argument parts between long and
-short on the tiny tokenizer and on one that spells each as one token, and the side token of each turn of a
-trajectory; the batch's side mask; and the renormalised entropy of the side choice worked by hand."""
+"""Where a trade turn names its side: the tokens where the Action word and the tool call's side argument part
+between long and short, on the tiny tokenizer and on one that spells each side as one token; those tokens in each
+turn of a trajectory; the batch's side choices; and the renormalised entropy of each choice worked by hand."""
 
 from __future__ import annotations
 
@@ -12,24 +12,38 @@ import torch
 from r1trade.models.scoring import choice_entropy
 from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.rl.batch import collate
-from r1trade.rollout.decisions import side_positions, side_tokens
+from r1trade.rollout.decisions import SideChoice, side_choices, side_positions
 from r1trade.rollout.loop import Segment, Trajectory, Turn
 
 
 class WholeWords:
-    """A tokenizer that spells `{"side": "long"}` and `{"side": "short"}` with the side as one token (as SmolLM2's
-    does: 5480 and 15539)."""
+    """A tokenizer that spells each side as one token, as SmolLM2's does: ` long` and ` short` after `Action:`
+    (986 and 1890), `long` and `short` in the call (5480 and 15539)."""
 
-    CALLS = {'{"side": "long"}': [90, 476, 5480, 1002], '{"side": "short"}': [90, 476, 15539, 1002]}
+    TOKENS = {16521: "Action", 42: ":", 986: " long", 1890: " short", 30: ".",
+              90: '{"', 476: 'side": "', 5480: "long", 15539: "short", 1002: '"}'}
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
-        return {"input_ids": self.CALLS[text]}
+        ids, rest = [], text
+        while rest:
+            token = max((t for t, s in self.TOKENS.items() if rest.startswith(s)), key=lambda t: len(self.TOKENS[t]))
+            ids.append(token)
+            rest = rest[len(self.TOKENS[token]) :]
+        return {"input_ids": ids}
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.TOKENS[i] for i in ids)
 
 
-def test_the_side_argument_parts_at_one_token() -> None:
-    # the tiny tokenizer spells the values "l" "on" "g" (78 264 73) and "sh" "or" "t" (292 319 86)
-    assert side_tokens(build_tiny_tokenizer()) == [78, 292]
-    assert side_tokens(WholeWords()) == [5480, 15539]
+def test_each_place_that_names_the_side_parts_at_one_token() -> None:
+    # the tiny tokenizer spells both values "l" "on" "g" (78 264 73) and "sh" "or" "t" (292 319 86), after
+    # "Action:" " " in the Action line
+    assert side_choices(build_tiny_tokenizer()) == [
+        SideChoice("action_word", "Action: ", (78, 292)), SideChoice("side_argument", '{"side": "', (78, 292)),
+    ]
+    assert side_choices(WholeWords()) == [
+        SideChoice("action_word", "Action:", (986, 1890)), SideChoice("side_argument", '{"side": "', (5480, 15539)),
+    ]
 
 
 def call(side: str) -> str:
@@ -58,17 +72,20 @@ def test_each_long_or_short_turn_has_its_side_token_and_no_other_turn_has_one() 
         turn_of(tokenizer, segment, f"Action: long.\n{call('short')}", short),
     ]
     trajectory = Trajectory(seed=0, group=0, segments=[segment], turns=turns)
-    found = side_positions(trajectory, tokenizer)
-    assert [segment.token_ids[token] for _, token in found] == [78, 292]  # "l" of long, "sh" of short
-    for (_, token), turn in zip(found, (turns[0], turns[3]), strict=True):
-        assert turn.start < token < turn.end
-        before = tokenizer.decode(segment.token_ids[turn.start : token])
+    found = side_positions(trajectory, side_choices(tokenizer), tokenizer)
+    # per long or short turn: the Action word's "l", then the call's "l" or "sh"
+    assert [(segment.token_ids[token], place) for _, token, place in found] == [(78, 0), (78, 1), (78, 0), (292, 1)]
+    for (_, word, _), (_, side, _), turn in zip(found[::2], found[1::2], (turns[0], turns[3]), strict=True):
+        assert turn.start < word < side < turn.end
+        assert tokenizer.decode(segment.token_ids[turn.start : word]) == "Action: "
+        before = tokenizer.decode(segment.token_ids[turn.start : side])
         assert before.startswith("Action: long.") and before.endswith('{"side": "')  # past the Action word
 
     batch = collate([trajectory], pad_id=0, sides=[found])
-    assert batch.side_mask is not None and batch.side_mask.sum() == 2
-    assert [int(i) for i in batch.side_mask[0].nonzero().squeeze(1)] == [token for _, token in found]
-    assert collate([trajectory], pad_id=0).side_mask is None
+    assert batch.side_choice is not None and int((batch.side_choice >= 0).sum()) == 4
+    assert [int(i) for i in (batch.side_choice[0] >= 0).nonzero().squeeze(1)] == [token for _, token, _ in found]
+    assert [int(batch.side_choice[0, token]) for _, token, _ in found] == [0, 1, 0, 1]
+    assert collate([trajectory], pad_id=0).side_choice is None
 
 
 class Head(torch.nn.Module):
@@ -85,18 +102,23 @@ class Head(torch.nn.Module):
 
 
 @pytest.mark.parametrize(("temperature", "expected"), [
-    # logits 0 and ln 3 over tokens 0 and 1 (token 2's 5.0 left out): p = 1/4, 3/4;
-    # H = 1/4 ln 4 + 3/4 ln(4/3) = 0.3466 + 0.2158 = 0.5623
-    (1.0, 0.5623),
+    # token 1 chooses between tokens 0 and 1, whose logits from state 0 are 0 and ln 3 (token 2's 5.0 left out):
+    # p = 1/4, 3/4; H = 1/4 ln 4 + 3/4 ln(4/3) = 0.3466 + 0.2158 = 0.5623.
+    # token 3 chooses between tokens 2 and 0 from state 2, logits 5 and 0: p = 1 / (1 + e^-5) = 0.99331 and
+    # 0.00669; H = 0.99331 * 0.00671 + 0.00669 * 5.00671 = 0.00667 + 0.03350 = 0.04017.
+    (1.0, (0.5623, 0.04017)),
     # at temperature 2 the logits halve: p = 1 / (1 + sqrt 3) = 0.3660 and 0.6340;
-    # H = 0.3660 ln(1 / 0.3660) + 0.6340 ln(1 / 0.6340) = 0.3679 + 0.2889 = 0.6568
-    (2.0, 0.6568),
+    # H = 0.3660 ln(1 / 0.3660) + 0.6340 ln(1 / 0.6340) = 0.3679 + 0.2889 = 0.6568.
+    # and 2.5 against 0: p = 0.92414 and 0.07586; H = 0.92414 * 0.07889 + 0.07586 * 2.57889 = 0.07291 + 0.19563
+    # = 0.26854.
+    (2.0, (0.6568, 0.26854)),
 ])
-def test_the_side_entropy_by_hand(temperature: float, expected: float) -> None:
+def test_each_side_entropy_by_hand(temperature: float, expected: tuple[float, float]) -> None:
     model = Head([[0.0, 0.0], [math.log(3), 0.0], [5.0, 0.0]])
-    hidden = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]])  # (1, 3, 2)
-    mask = torch.tensor([[0.0, 1.0, 0.0]])  # token 1, drawn from state 0
-    entropy = choice_entropy(model, hidden, mask, [0, 1], temperature)
-    assert entropy.shape == (1, 3)
-    assert entropy[0, 1].item() == pytest.approx(expected, abs=1e-4)
+    hidden = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]])  # (1, 4, 2)
+    choice = torch.tensor([[-1, 0, -1, 1]])  # token 1 between choice 0's pair, token 3 between choice 1's
+    entropy = choice_entropy(model, hidden, choice, [(0, 1), (2, 0)], temperature)
+    assert entropy.shape == (1, 4)
+    assert entropy[0, 1].item() == pytest.approx(expected[0], abs=1e-4)
+    assert entropy[0, 3].item() == pytest.approx(expected[1], abs=1e-4)
     assert entropy[0, 0] == 0 and entropy[0, 2] == 0

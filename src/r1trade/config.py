@@ -542,10 +542,10 @@ class TrainConfig(Section):
     value_coef: float = Field(0.5, ge=0, description="weight of the value loss (ppo)")
     entropy_coef: float = Field(0.001, ge=0, description="entropy bonus over sampled tokens")
     side_entropy_coef: float = Field(
-        0.0, ge=0, description="entropy bonus on the side alone: at each long or short trade, the entropy of the "
-        "tool call's side argument between the two words where they part, renormalised, given all the turn wrote "
-        "before it (near 0, and inert, where the call copies a side named earlier); it keeps both sides sampled "
-        "until the rewards favour one, where a bonus over all tokens spends itself on the format"
+        0.0, ge=0, description="entropy bonus on the side alone: at each long or short trade, at every token "
+        "that names the side (the word after 'Action:' and the tool call's side argument), the entropy of long "
+        "against short where the two words part, renormalised, given all the turn wrote before it; it keeps both "
+        "sides sampled until the rewards favour one, where a bonus over all tokens spends itself on the format"
     )
     kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
     kl_placement: Literal["auto", "reward", "loss"] = Field(

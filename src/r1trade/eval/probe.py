@@ -52,9 +52,8 @@ from r1trade.outputs import write_file
 from r1trade.rl.checkpoint import list_checkpoints, load_policy
 from r1trade.rollout.backend import sampling_from_config
 from r1trade.rollout.build import transformers_engine
-from r1trade.rollout.decisions import action_word_ids
+from r1trade.rollout.decisions import SIDES, action_word_ids
 
-SIDES = ("long", "short")
 CALL_PREFIX = '<tool_call>{"name": "place_order", "arguments": {"side": "'
 """How the format's order call opens, up to its side (`random_turn` writes the side first)."""
 

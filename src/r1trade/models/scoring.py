@@ -230,17 +230,20 @@ class Critic(nn.Module):
 
 
 def choice_entropy(
-    model: nn.Module, hidden: torch.Tensor, choice_mask: torch.Tensor, choice_ids: list[int], temperature: float
+    model: nn.Module, hidden: torch.Tensor, choice: torch.Tensor, choice_ids: list[tuple[int, int]],
+    temperature: float,
 ) -> torch.Tensor:
-    """At each token where `choice_mask` is 1, the entropy (nats) of the distribution it was drawn from restricted
-    to the tokens `choice_ids` and renormalised (the choice among them alone), 0 elsewhere: (B, T) float32.
-    Only those rows of the LM head are computed. `hidden` (B, T, H) from `backbone_hidden`."""
+    """At each token where `choice` (B, T) long is k >= 0, the entropy (nats) of the distribution it was drawn from
+    restricted to the two tokens `choice_ids[k]` and renormalised (the choice between them alone), 0 elsewhere:
+    (B, T) float32. Only those rows of the LM head are computed. `hidden` (B, T, H) from `backbone_hidden`."""
     head = causal_lm(model).get_output_embeddings()
-    at = choice_mask[:, 1:].bool()  # (B, T-1): token t+1 is drawn from state t
-    ids = torch.tensor(choice_ids, device=hidden.device)
-    bias = None if head.bias is None else head.bias[ids]
-    logits = nn.functional.linear(hidden[:, :-1][at], head.weight[ids], bias).float() / temperature  # (N, A)
-    logp = torch.log_softmax(logits, dim=-1)
+    at = choice[:, 1:] >= 0  # (B, T-1): token t+1 is drawn from state t
+    pairs = torch.tensor(choice_ids, device=hidden.device)[choice[:, 1:][at]]  # (N, 2) token ids
+    weight = head.weight[pairs]  # (N, 2, H)
+    logits = torch.einsum("nh,nah->na", hidden[:, :-1][at].to(weight.dtype), weight)  # (N, 2)
+    if head.bias is not None:
+        logits = logits + head.bias[pairs]
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     entropy = -(logp.exp() * logp).sum(dim=-1)  # (N,)
     full = torch.zeros(at.shape, dtype=torch.float32, device=hidden.device).masked_scatter(at, entropy)
     return nn.functional.pad(full, (1, 0))  # (B, T)
@@ -259,10 +262,10 @@ class Outputs:
 def token_outputs(
     policy: nn.Module, critic: Critic, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
     temperature: float, chunk: int, with_values: bool, token_mask: torch.Tensor | None = None,
-    share_prefix: bool = False, choice_mask: torch.Tensor | None = None, choice_ids: list[int] | None = None,
+    share_prefix: bool = False, choice: torch.Tensor | None = None, choice_ids: list[tuple[int, int]] | None = None,
 ) -> Outputs:
     """One backbone pass: log-probs and entropy from the LM head (in chunks, only where `token_mask` is 1, or
-    every real token without one), values from the critic, and with `choice_mask` and `choice_ids` the
+    every real token without one), values from the critic, and with `choice` and `choice_ids` the
     `choice_entropy` there; `share_prefix` runs the rows' common prefix once."""
     hidden = backbone_hidden(policy, input_ids, attention_mask, share_prefix=share_prefix)  # (B, T, H)
     logprobs, entropy = token_logprobs_and_entropy(
@@ -274,7 +277,7 @@ def token_outputs(
         shared = hidden if critic.shares_policy_backbone else None
         raw = critic(input_ids, attention_mask, hidden=shared, share_prefix=share_prefix)  # (B, T) V(..t)
         values = torch.cat([raw.new_zeros(raw.shape[0], 1), raw[:, :-1]], dim=1)  # (B, T) V(prefix before t)
-    choice = None
-    if choice_mask is not None and choice_ids is not None:
-        choice = choice_entropy(policy, hidden, choice_mask, choice_ids, temperature)
-    return Outputs(logprobs, entropy, values, choice)
+    chosen = None
+    if choice is not None and choice_ids is not None:
+        chosen = choice_entropy(policy, hidden, choice, choice_ids, temperature)
+    return Outputs(logprobs, entropy, values, chosen)

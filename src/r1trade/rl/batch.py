@@ -34,7 +34,7 @@ class RolloutBatch:
     value_mask: torch.Tensor | None = None  # (R, T) tokens whose value the critic is trained on
     anchor: torch.Tensor | None = None  # (R, T) long: the anchor state of that turn (`anchor_states`), else -1
     loss_weight: torch.Tensor | None = None  # (R, T) each token's weight in the loss's mean (None: 1 each)
-    side_mask: torch.Tensor | None = None  # (R, T) 1 at each long or short trade's side token, where asked
+    side_choice: torch.Tensor | None = None  # (R, T) long: at each token that names a trade's side, its place, else -1
 
     @property
     def rows(self) -> int:
@@ -81,11 +81,11 @@ class RolloutBatch:
 
 
 def collate(
-    trajectories: list[Trajectory], *, pad_id: int, sides: list[list[tuple[int, int]]] | None = None
+    trajectories: list[Trajectory], *, pad_id: int, sides: list[list[tuple[int, int, int]]] | None = None
 ) -> RolloutBatch:
     """Stack every segment of every trajectory as a right-padded row, each sampled token tagged with its turn;
-    `sides`, per trajectory (segment, token) pairs (`r1trade.rollout.decisions.side_positions`), fill
-    `side_mask`."""
+    `sides`, per trajectory (segment, token, place) triples (`r1trade.rollout.decisions.side_positions`), fill
+    `side_choice`."""
     segments = [
         (n, i, t.group, seg) for n, t in enumerate(trajectories) for i, seg in enumerate(t.segments) if len(seg)
     ]
@@ -119,10 +119,10 @@ def collate(
             batch.turn[row, turn.start : turn.end] = k
             batch.decision[row, turn.start : turn.end] = int(turn.info.get("decision_index", k))
     if sides is not None:
-        batch.side_mask = torch.zeros(rows, width)
+        batch.side_choice = torch.full((rows, width), -1, dtype=torch.long)
         for n, tokens in enumerate(sides):
-            for segment, token in tokens:
-                batch.side_mask[row_of[n, segment], token] = 1.0
+            for segment, token, place in tokens:
+                batch.side_choice[row_of[n, segment], token] = place
     return batch
 
 

@@ -58,7 +58,7 @@ from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 from r1trade.rl.stopping import StopRequest
 from r1trade.rollout.backend import sampling_from_config
 from r1trade.rollout.build import transformers_engine
-from r1trade.rollout.decisions import side_positions, side_tokens
+from r1trade.rollout.decisions import side_choices, side_positions
 from r1trade.rollout.loop import TextEnv, Trajectory
 
 EnvFactory = Callable[[int], Sequence[TextEnv]]  # number of environments -> environments
@@ -76,7 +76,7 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.config.train
         self.uses_critic = cfg.algorithm == "ppo"
-        self.side_ids = side_tokens(self.models.tokenizer) if cfg.side_entropy_coef > 0 else None
+        self.sides = side_choices(self.models.tokenizer) if cfg.side_entropy_coef > 0 else None
         # Data parallel under `accelerate launch`: every process plays its own episodes and gradients are
         # averaged across processes before each optimiser step; on one CPU this is a plain single process.
         self.distributed = Distributed()
@@ -157,8 +157,8 @@ class Trainer:
         trajectories = self.rollout()
         rollout_seconds = time.perf_counter() - started
         sides = None
-        if self.side_ids is not None:
-            sides = [side_positions(trajectory, self.models.tokenizer) for trajectory in trajectories]
+        if self.sides is not None:
+            sides = [side_positions(trajectory, self.sides, self.models.tokenizer) for trajectory in trajectories]
         batch = collate(trajectories, pad_id=self.engine.pad_id, sides=sides).to(self.distributed.device)
         stabilisers: dict[str, float] = {}  # what the optional stabilisers did this update
         if cfg.dynamic_sampling:
@@ -313,7 +313,7 @@ class Trainer:
             self.models.policy, self.models.critic, micro.input_ids, micro.attention_mask,
             temperature=self._temperature(), chunk=cfg.logprob_chunk, with_values=self.uses_critic,
             token_mask=self._scored(micro.action_mask), share_prefix=cfg.share_prefix,
-            choice_mask=micro.side_mask, choice_ids=self.side_ids,
+            choice=micro.side_choice, choice_ids=None if self.sides is None else [c.ids for c in self.sides],
         )
         pg, stats = policy_loss(
             out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high,
@@ -321,10 +321,10 @@ class Trainer:
         )
         entropy = entropy_bonus(out.entropy, mask, micro.loss_weight)
         loss = pg - cfg.entropy_coef * entropy
-        if out.choice_entropy is not None and micro.side_mask is not None:
+        if out.choice_entropy is not None and micro.side_choice is not None:
             # zero off the side tokens, so in the loss's token mean each side weighs as its token's advantage does
             loss = loss - cfg.side_entropy_coef * entropy_bonus(out.choice_entropy, mask, micro.loss_weight)
-            stats["side_entropy"] = float(masked_mean(out.choice_entropy, micro.side_mask).detach())
+            stats.update(self._side_entropy_stats(out.choice_entropy.detach(), micro.side_choice))
         kl_tokens = kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3")
         kl = masked_mean(kl_tokens, mask)
         if kl_in_loss(cfg) and uses_kl(cfg):
@@ -363,6 +363,15 @@ class Trainer:
     def _scored(self, action_mask: torch.Tensor) -> torch.Tensor | None:
         """Tokens whose log-probs are needed: the sampled ones, or all when the loss mask is off (ablation)."""
         return action_mask if self.config.train.loss_mask else None
+
+    def _side_entropy_stats(self, entropy: torch.Tensor, side_choice: torch.Tensor) -> dict[str, float]:
+        """The side choice's mean entropy over every token that names a side, and over each place's own
+        (`side_entropy/action_word` near 0 with a high `side_entropy/side_argument` is a call that chooses again;
+        the other way round, a call that copies its Action word)."""
+        stats = {"side_entropy": float(masked_mean(entropy, side_choice >= 0))}
+        for index, choice in enumerate(self.sides or []):
+            stats[f"side_entropy/{choice.place}"] = float(masked_mean(entropy, side_choice == index))
+        return stats
 
     def _temperature(self) -> float:
         """The sampling temperature (1 for greedy, whose log-probs are untempered)."""

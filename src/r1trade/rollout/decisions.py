@@ -1,16 +1,19 @@
-"""Where a trade turn makes its choice: the action words' tokens, a turn's kind, its decision token and its side
-token.
+"""Where a trade turn makes its choice: the action words' tokens, a turn's kind, its decision token and the tokens
+that name its side.
 
 The warm starts teach a trade turn that says `Action: <word>.` before its tool call, so the token after `Action:`
 is where the policy first names its trade (`r1trade.eval.action_stats` reads the policy there). The side that is
-executed, long or short, is the tool call's `side` argument: its side token is where `"side": "long"` and
-`"side": "short"` part (`long` against `short` on SmolLM2's tokenizer, `l` against `sh` on the tiny one). The
-trainer's side-entropy bonus (`train.side_entropy_coef`) acts there alone: the entropy of the side given all the
-turn wrote before it. Where the call copies a side the turn named earlier, that entropy is near 0, and so is the
-bonus's pull.
+executed, long or short, is the tool call's `side` argument. A side is named in two places, and a model may choose
+in either: SmolLM2's call copies the word its `Action:` line wrote, while the tiny model's call can choose again.
+`side_choices` finds, for each place, the token where long and short part (` long` against ` short` after
+`Action:` on SmolLM2's tokenizer, `long` against `short` in the call; `l` against `sh` in both on the tiny one). The
+trainer's side-entropy bonus (`train.side_entropy_coef`) acts at each of them: the entropy of long against short
+given all the turn wrote before it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from r1trade.env.demonstrations import ACTION_PROMPT, TRADE_ACTIONS
 from r1trade.rollout.loop import Trajectory, Turn
@@ -42,13 +45,34 @@ SIDE_ARGUMENT = '"side": "'
 """What the tool call writes before the side it executes (the warm start's JSON, as `json.dumps` spells it)."""
 
 
-def side_tokens(tokenizer) -> list[int]:
-    """The token where a tool call's side argument parts between long and short: long's, then short's."""
-    calls = [tokenizer(f"{{{SIDE_ARGUMENT}{side}\"}}", add_special_tokens=False)["input_ids"] for side in SIDES]
-    shared = 0
-    while shared < min(map(len, calls)) - 1 and calls[0][shared] == calls[1][shared]:
-        shared += 1
-    return [ids[shared] for ids in calls]
+@dataclass(frozen=True)
+class SideChoice:
+    """A place where a trade turn names its side: the token where long and short part there (long's, then
+    short's), and the text every turn writes right before that token."""
+
+    place: str
+    lead: str
+    ids: tuple[int, int]
+
+
+SIDE_PLACES = {
+    # place: (text before the side word, text after it), as the warm start writes them
+    "action_word": (f"{ACTION_PROMPT} ", "."),
+    "side_argument": (f"{{{SIDE_ARGUMENT}", '"}'),
+}
+
+
+def side_choices(tokenizer) -> list[SideChoice]:
+    """Each place's side choice, in `SIDE_PLACES` order, found by tokenizing the place with each side."""
+    choices = []
+    for place, (before, after) in SIDE_PLACES.items():
+        spelled = [tokenizer(f"{before}{side}{after}", add_special_tokens=False)["input_ids"] for side in SIDES]
+        shared = 0
+        while shared < min(map(len, spelled)) - 1 and spelled[0][shared] == spelled[1][shared]:
+            shared += 1
+        lead = tokenizer.decode(spelled[0][:shared])
+        choices.append(SideChoice(place, lead, (spelled[0][shared], spelled[1][shared])))
+    return choices
 
 
 def decision_position(tokenizer, sampled: list[int]) -> int:
@@ -59,16 +83,17 @@ def decision_position(tokenizer, sampled: list[int]) -> int:
     return 0
 
 
-def side_positions(trajectory: Trajectory, tokenizer) -> list[tuple[int, int]]:
-    """(segment, token index) of the side token of each turn that went long or short: the last of its sampled
-    tokens that is a side token and follows `SIDE_ARGUMENT`."""
-    ids = side_tokens(tokenizer)
+def side_positions(trajectory: Trajectory, choices: list[SideChoice], tokenizer) -> list[tuple[int, int, int]]:
+    """(segment, token index, index into `choices`) of each token that names the side of a turn that went long or
+    short: per place, the last of the turn's sampled tokens that is one of that place's two and follows its lead."""
     found = []
     for turn in trajectory.turns:
-        if classify(turn) in SIDES:
-            sampled = trajectory.segments[turn.segment].token_ids[turn.start : turn.end]
+        if classify(turn) not in SIDES:
+            continue
+        sampled = trajectory.segments[turn.segment].token_ids[turn.start : turn.end]
+        for index, choice in enumerate(choices):
             for at in reversed(range(len(sampled))):
-                if sampled[at] in ids and tokenizer.decode(sampled[:at]).endswith(SIDE_ARGUMENT):
-                    found.append((turn.segment, turn.start + at))
+                if sampled[at] in choice.ids and tokenizer.decode(sampled[:at]).endswith(choice.lead):
+                    found.append((turn.segment, turn.start + at, index))
                     break
     return found
