@@ -63,6 +63,7 @@ def test_a_run_saved_before_a_key_was_retired_still_loads(tmp_path: Path):
         ("train", "entropy_control: none", "entropy_control: kl_cov"),
         ("train", "kl_cov_coef: 1.0", "kl_cov_coef: 2.0"),
         ("train", "clip_cov_bounds:\n  - 1.0\n  - 5.0", "clip_cov_bounds:\n  - 0.5\n  - 5.0"),
+        ("train", "side_entropy_coef: 0.0", "side_entropy_coef: 0.25"),
     ],
 )
 def test_runs_saved_with_retired_keys_load_where_they_did_not_use_them(

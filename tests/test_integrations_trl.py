@@ -157,7 +157,7 @@ def test_trls_tool_loop_drives_the_env_and_masks_its_answers(tmp_path: Path):
         ("train.dynamic_sampling=true", "train.dynamic_sampling"),
         ("train.step_groups=true", "train.step_groups"),
         ("train.loss_aggregation=sequence", "train.loss_aggregation"),
-        ("train.side_entropy_coef=0.1", "train.side_entropy_coef"),
+        ("train.side_balance_coef=0.1", "train.side_balance_coef"),
         ("train.kl_placement=reward", "train.kl_placement"),
         ("rollout.temperature=0", "rollout.temperature"),
         ("rollout.num_envs=3", "group_size"),

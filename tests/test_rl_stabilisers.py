@@ -127,7 +127,7 @@ def test_step_groups_need_a_group_algorithm_and_allow_turn_gamma() -> None:
 def test_every_stabiliser_is_off_by_default() -> None:
     train = load_config(None).train
     assert (train.step_groups, train.dynamic_sampling, train.loss_aggregation) == (False, False, "token")
-    assert train.side_entropy_coef == 0.0
+    assert train.side_balance_coef == 0.0
     for name in ("demo_tools", "tool_gated_tiny", "tool_gated"):
         shipped = load_config(name).train
         assert not shipped.step_groups and not shipped.dynamic_sampling, name

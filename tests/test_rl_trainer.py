@@ -117,7 +117,7 @@ def test_metrics_cover_rewards_ppo_diagnostics_and_speed(tmp_path: Path):
 
 def test_the_stabilisers_log_what_they_did(tmp_path: Path):
     """GiGPO's step groups, DAPO's dynamic sampling and sequence-level averaging: each update logs the share of step
-    groups with more than one member and the share of groups dropped; the side-entropy bonus, the side's entropy."""
+    groups with more than one member and the share of groups dropped; the side balance, the side's entropy."""
     config = make_config(updates=2, algorithm="grpo", group_size=4, step_groups="true", dynamic_sampling="true",
                          loss_aggregation="sequence")
     make_trainer(config, tmp_path, turns=2).train()
@@ -130,9 +130,9 @@ def test_the_stabilisers_log_what_they_did(tmp_path: Path):
     make_trainer(plain, tmp_path / "plain").train()
     (row,) = read_metrics(tmp_path / "plain")
     assert not {"step_group_shared_rate", "dynamic_sampling_dropped_rate", "side_entropy"} & row.keys()
-    # the side-entropy bonus logs the mean entropy of the side choice, in all and per place; VowelEnv's turns
-    # never trade: 0 here
-    sides = make_config(updates=1, side_entropy_coef=0.1)
+    # the side balance logs the mean entropy of the side choice, in all and per place; VowelEnv's turns never
+    # trade: 0 here
+    sides = make_config(updates=1, side_balance_coef=0.1)
     make_trainer(sides, tmp_path / "sides").train()
     (row,) = read_metrics(tmp_path / "sides")
     assert row["side_entropy"] == row["side_entropy/action_word"] == row["side_entropy/side_argument"] == 0.0

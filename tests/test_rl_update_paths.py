@@ -4,6 +4,7 @@ value head and for a separate critic. Old log-probs taken from the rollout equal
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -280,31 +281,33 @@ def test_a_kl_placed_in_the_loss_adds_its_mean_to_the_ppo_loss(tmp_path):
     assert anchored.item() - plain.item() == pytest.approx(0.5 * anchored_stats["kl_ref"], rel=1e-4)
 
 
-def test_the_side_entropy_bonus_takes_its_share_of_the_token_mean_from_the_ppo_loss(tmp_path):
-    # Two sampled tokens name a side, one at each place. The bonus is zero elsewhere, so the two losses differ by
-    # the coefficient times their entropies summed over the minibatch's sampled tokens, each entropy the side
-    # choice renormalised from a plain forward pass ("l" against "sh" at both places on the tiny tokenizer, ids 78
-    # and 292).
+def test_the_side_balance_takes_its_share_of_the_token_mean_from_the_ppo_loss(tmp_path):
+    # Two sampled tokens name a side, one at each place, with pulls -0.7 and +1.1. The term is zero elsewhere, so
+    # the two losses differ by the coefficient times the pulls times P(long) there, summed over the minibatch's
+    # sampled tokens; each P(long) is the side choice renormalised from a plain forward pass ("l" against "sh" at
+    # both places on the tiny tokenizer, ids 78 and 292). The logged entropies are those of the same choices.
     batch = shared_batch()
     side_choice = torch.full_like(batch.input_ids, -1)
+    side_pull = torch.zeros_like(batch.action_mask)
     picked = batch.action_mask.nonzero()[[0, 5]]  # (2, 2): (row, token)
     side_choice[picked[:, 0], picked[:, 1]] = torch.tensor([0, 1])
+    side_pull[picked[:, 0], picked[:, 1]] = torch.tensor([-0.7, 1.1])
     results = {}
     for coef in (0.0, 0.5):
         trainer = make_trainer(tmp_path / str(coef), lora=True, share=False, algorithm="ppo",
-                               extra=(f"train.side_entropy_coef={coef}",))
-        scored = compute_advantages(trainer.score(replace(batch, side_choice=side_choice)), trainer.config.train)
-        results[coef] = trainer.loss(scored)
+                               extra=(f"train.side_balance_coef={coef}",))
+        sided = replace(batch, side_choice=side_choice, side_pull=side_pull)
+        results[coef] = trainer.loss(compute_advantages(trainer.score(sided), trainer.config.train))
     with torch.no_grad():
         logits = trainer.models.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    entropies = []
-    for row, token in picked.tolist():
-        choice = torch.log_softmax(logits[row, token - 1, [78, 292]].float(), dim=-1)  # token drawn from state - 1
-        entropies.append(float(-(choice.exp() * choice).sum()))
-    (plain, plain_stats), (bonus, bonus_stats) = results[0.0], results[0.5]
+    longs = [float(torch.softmax(logits[row, token - 1, [78, 292]].float(), dim=-1)[0])  # drawn from state - 1
+             for row, token in picked.tolist()]
+    entropies = [-(p * math.log(p) + (1 - p) * math.log(1 - p)) for p in longs]
+    (plain, plain_stats), (pulled, pulled_stats) = results[0.0], results[0.5]
     assert "side_entropy" not in plain_stats
-    assert bonus_stats["side_entropy"] == pytest.approx(sum(entropies) / 2, rel=1e-4)
-    assert bonus_stats["side_entropy/action_word"] == pytest.approx(entropies[0], rel=1e-4)
-    assert bonus_stats["side_entropy/side_argument"] == pytest.approx(entropies[1], rel=1e-4)
+    assert pulled_stats["side_entropy"] == pytest.approx(sum(entropies) / 2, rel=1e-4)
+    assert pulled_stats["side_entropy/action_word"] == pytest.approx(entropies[0], rel=1e-4)
+    assert pulled_stats["side_entropy/side_argument"] == pytest.approx(entropies[1], rel=1e-4)
     sampled = float(batch.action_mask.sum())
-    assert plain.item() - bonus.item() == pytest.approx(0.5 * sum(entropies) / sampled, rel=1e-3)
+    term = -0.7 * longs[0] + 1.1 * longs[1]
+    assert plain.item() - pulled.item() == pytest.approx(0.5 * term / sampled, rel=1e-3)

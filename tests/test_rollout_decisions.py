@@ -1,6 +1,6 @@
 """Where a trade turn names its side: the tokens where the Action word and the tool call's side argument part
 between long and short, on the tiny tokenizer and on one that spells each side as one token; those tokens in each
-turn of a trajectory; the batch's side choices; and the renormalised entropy of each choice worked by hand."""
+turn of a trajectory; the batch's side choices; and the renormalised probability of each choice worked by hand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from r1trade.models.scoring import choice_entropy
+from r1trade.models.scoring import choice_probability
 from r1trade.models.tokenizer import build_tiny_tokenizer
 from r1trade.rl.batch import collate
 from r1trade.rollout.decisions import SideChoice, side_choices, side_positions
@@ -103,22 +103,18 @@ class Head(torch.nn.Module):
 
 @pytest.mark.parametrize(("temperature", "expected"), [
     # token 1 chooses between tokens 0 and 1, whose logits from state 0 are 0 and ln 3 (token 2's 5.0 left out):
-    # p = 1/4, 3/4; H = 1/4 ln 4 + 3/4 ln(4/3) = 0.3466 + 0.2158 = 0.5623.
-    # token 3 chooses between tokens 2 and 0 from state 2, logits 5 and 0: p = 1 / (1 + e^-5) = 0.99331 and
-    # 0.00669; H = 0.99331 * 0.00671 + 0.00669 * 5.00671 = 0.00667 + 0.03350 = 0.04017.
-    (1.0, (0.5623, 0.04017)),
-    # at temperature 2 the logits halve: p = 1 / (1 + sqrt 3) = 0.3660 and 0.6340;
-    # H = 0.3660 ln(1 / 0.3660) + 0.6340 ln(1 / 0.6340) = 0.3679 + 0.2889 = 0.6568.
-    # and 2.5 against 0: p = 0.92414 and 0.07586; H = 0.92414 * 0.07889 + 0.07586 * 2.57889 = 0.07291 + 0.19563
-    # = 0.26854.
-    (2.0, (0.6568, 0.26854)),
+    # P(token 0) = 1 / (1 + 3) = 0.25. Token 3 chooses between tokens 2 and 0 from state 2, logits 5 and 0:
+    # P(token 2) = 1 / (1 + e^-5) = 0.99331.
+    (1.0, (0.25, 0.99331)),
+    # at temperature 2 the logits halve: 1 / (1 + sqrt 3) = 0.36603, and 1 / (1 + e^-2.5) = 0.92414
+    (2.0, (0.36603, 0.92414)),
 ])
-def test_each_side_entropy_by_hand(temperature: float, expected: tuple[float, float]) -> None:
+def test_each_side_choice_by_hand(temperature: float, expected: tuple[float, float]) -> None:
     model = Head([[0.0, 0.0], [math.log(3), 0.0], [5.0, 0.0]])
     hidden = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]])  # (1, 4, 2)
     choice = torch.tensor([[-1, 0, -1, 1]])  # token 1 between choice 0's pair, token 3 between choice 1's
-    entropy = choice_entropy(model, hidden, choice, [(0, 1), (2, 0)], temperature)
-    assert entropy.shape == (1, 4)
-    assert entropy[0, 1].item() == pytest.approx(expected[0], abs=1e-4)
-    assert entropy[0, 3].item() == pytest.approx(expected[1], abs=1e-4)
-    assert entropy[0, 0] == 0 and entropy[0, 2] == 0
+    first = choice_probability(model, hidden, choice, [(0, 1), (2, 0)], temperature)
+    assert first.shape == (1, 4)
+    assert first[0, 1].item() == pytest.approx(expected[0], abs=1e-5)
+    assert first[0, 3].item() == pytest.approx(expected[1], abs=1e-5)
+    assert first[0, 0] == 0 and first[0, 2] == 0

@@ -541,11 +541,12 @@ class TrainConfig(Section):
     value_clip: float = Field(0.2, gt=0, description="clip of the value update (ppo)")
     value_coef: float = Field(0.5, ge=0, description="weight of the value loss (ppo)")
     entropy_coef: float = Field(0.001, ge=0, description="entropy bonus over sampled tokens")
-    side_entropy_coef: float = Field(
-        0.0, ge=0, description="entropy bonus on the side alone: at each long or short trade, at every token "
-        "that names the side (the word after 'Action:' and the tool call's side argument), the entropy of long "
-        "against short where the two words part, renormalised, given all the turn wrote before it; it keeps both "
-        "sides sampled until the rewards favour one, where a bonus over all tokens spends itself on the format"
+    side_balance_coef: float = Field(
+        0.0, ge=0, description="weight of the side balance: the entropy of the batch's share of long against short "
+        "at each token that names a trade's side (the word after 'Action:' and the tool call's side argument), "
+        "ascended through each such token's P(long). It pulls a policy that drifts to one side back toward both, "
+        "and leaves alone one whose sides follow what it read (balanced over the batch), where an entropy bonus "
+        "at each side token would pull every decided choice toward even odds"
     )
     kl_coef: float = Field(0.02, ge=0, description="per-token KL penalty against the reference policy")
     kl_placement: Literal["auto", "reward", "loss"] = Field(
@@ -948,6 +949,8 @@ RETIRED_KEYS: dict[tuple[str, str], Any] = {
     ("train", "entropy_control_frac"): 0.002,  # them (docs/notebook/results-log.md section 53)
     ("train", "kl_cov_coef"): 1.0,
     ("train", "clip_cov_bounds"): [1.0, 5.0],
+    ("train", "side_entropy_coef"): 0.0,  # an entropy bonus at each side token: it pulled a reading policy's
+    # decided sides toward even odds too; the side balance replaced it (section 69)
 }
 """Keys r1trade no longer has, with the value that behaves as r1trade does now. Every saved run's config.yaml
 spells out every key, so a run saved before a key was retired still loads when it holds that value."""

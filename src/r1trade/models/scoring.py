@@ -229,13 +229,14 @@ class Critic(nn.Module):
         return self.head(hidden.float()).squeeze(-1)  # (B, T)
 
 
-def choice_entropy(
+def choice_probability(
     model: nn.Module, hidden: torch.Tensor, choice: torch.Tensor, choice_ids: list[tuple[int, int]],
     temperature: float,
 ) -> torch.Tensor:
-    """At each token where `choice` (B, T) long is k >= 0, the entropy (nats) of the distribution it was drawn from
-    restricted to the two tokens `choice_ids[k]` and renormalised (the choice between them alone), 0 elsewhere:
-    (B, T) float32. Only those rows of the LM head are computed. `hidden` (B, T, H) from `backbone_hidden`."""
+    """At each token where `choice` (B, T) long is k >= 0, the probability of the first of the two tokens
+    `choice_ids[k]` under the distribution it was drawn from, restricted to the two and renormalised (the choice
+    between them alone), 0 elsewhere: (B, T) float32. Only those rows of the LM head are computed. `hidden`
+    (B, T, H) from `backbone_hidden`."""
     head = causal_lm(model).get_output_embeddings()
     at = choice[:, 1:] >= 0  # (B, T-1): token t+1 is drawn from state t
     pairs = torch.tensor(choice_ids, device=hidden.device)[choice[:, 1:][at]]  # (N, 2) token ids
@@ -243,9 +244,8 @@ def choice_entropy(
     logits = torch.einsum("nh,nah->na", hidden[:, :-1][at].to(weight.dtype), weight)  # (N, 2)
     if head.bias is not None:
         logits = logits + head.bias[pairs]
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    entropy = -(logp.exp() * logp).sum(dim=-1)  # (N,)
-    full = torch.zeros(at.shape, dtype=torch.float32, device=hidden.device).masked_scatter(at, entropy)
+    first = torch.softmax(logits.float() / temperature, dim=-1)[:, 0]  # (N,)
+    full = torch.zeros(at.shape, dtype=torch.float32, device=hidden.device).masked_scatter(at, first)
     return nn.functional.pad(full, (1, 0))  # (B, T)
 
 
@@ -256,7 +256,7 @@ class Outputs:
     logprobs: torch.Tensor  # (B, T) log π(token t | prefix), 0 at t = 0
     entropy: torch.Tensor  # (B, T)
     values: torch.Tensor | None  # (B, T) V(state before token t)
-    choice_entropy: torch.Tensor | None = None  # (B, T) `choice_entropy` where asked, else None
+    choice_probability: torch.Tensor | None = None  # (B, T) `choice_probability` where asked, else None
 
 
 def token_outputs(
@@ -266,7 +266,7 @@ def token_outputs(
 ) -> Outputs:
     """One backbone pass: log-probs and entropy from the LM head (in chunks, only where `token_mask` is 1, or
     every real token without one), values from the critic, and with `choice` and `choice_ids` the
-    `choice_entropy` there; `share_prefix` runs the rows' common prefix once."""
+    `choice_probability` there; `share_prefix` runs the rows' common prefix once."""
     hidden = backbone_hidden(policy, input_ids, attention_mask, share_prefix=share_prefix)  # (B, T, H)
     logprobs, entropy = token_logprobs_and_entropy(
         policy, input_ids, attention_mask, token_mask=token_mask, temperature=temperature, chunk_size=chunk,
@@ -279,5 +279,5 @@ def token_outputs(
         values = torch.cat([raw.new_zeros(raw.shape[0], 1), raw[:, :-1]], dim=1)  # (B, T) V(prefix before t)
     chosen = None
     if choice is not None and choice_ids is not None:
-        chosen = choice_entropy(policy, hidden, choice, choice_ids, temperature)
+        chosen = choice_probability(policy, hidden, choice, choice_ids, temperature)
     return Outputs(logprobs, entropy, values, chosen)

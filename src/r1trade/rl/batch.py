@@ -35,6 +35,7 @@ class RolloutBatch:
     anchor: torch.Tensor | None = None  # (R, T) long: the anchor state of that turn (`anchor_states`), else -1
     loss_weight: torch.Tensor | None = None  # (R, T) each token's weight in the loss's mean (None: 1 each)
     side_choice: torch.Tensor | None = None  # (R, T) long: at each token that names a trade's side, its place, else -1
+    side_pull: torch.Tensor | None = None  # (R, T) at those tokens the batch's side-balance gradient (`side_pull`)
 
     @property
     def rows(self) -> int:

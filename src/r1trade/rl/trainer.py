@@ -7,8 +7,8 @@ One update reads top to bottom, CleanRL-style:
   3. advantages — GAE over turns or action tokens (PPO), group baselines (GRPO, Dr. GRPO, RLOO, optionally per
      decision or per anchor state as GiGPO) or normalised returns (REINFORCE++);
   4. optimise — epochs × minibatches × micro-batches; losses are means over the loss mask (per token, or per
-     episode), less the entropy bonuses (over every sampled token, and over the side at each long or short
-     trade); clipped gradients; a non-finite loss or gradient skips the step;
+     episode), less the entropy bonus over every sampled token and the side-balance term (the batch's share of
+     long against short); clipped gradients; a non-finite loss or gradient skips the step;
   5. log and checkpoint (also after the update under way when a signal asks the run to stop).
 Under `accelerate launch` every process plays its own episodes and gradients are averaged before each step
 (`r1trade.rl.distributed`).
@@ -54,6 +54,7 @@ from r1trade.rl.losses import (
     value_loss,
 )
 from r1trade.rl.masks import masked_mean
+from r1trade.rl.side_balance import side_pull
 from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 from r1trade.rl.stopping import StopRequest
 from r1trade.rollout.backend import sampling_from_config
@@ -76,7 +77,7 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.config.train
         self.uses_critic = cfg.algorithm == "ppo"
-        self.sides = side_choices(self.models.tokenizer) if cfg.side_entropy_coef > 0 else None
+        self.sides = side_choices(self.models.tokenizer) if cfg.side_balance_coef > 0 else None
         # Data parallel under `accelerate launch`: every process plays its own episodes and gradients are
         # averaged across processes before each optimiser step; on one CPU this is a plain single process.
         self.distributed = Distributed()
@@ -160,6 +161,8 @@ class Trainer:
         if self.sides is not None:
             sides = [side_positions(trajectory, self.sides, self.models.tokenizer) for trajectory in trajectories]
         batch = collate(trajectories, pad_id=self.engine.pad_id, sides=sides).to(self.distributed.device)
+        if batch.side_choice is not None:
+            batch.side_pull = side_pull(batch.input_ids, batch.side_choice, self._side_ids())
         stabilisers: dict[str, float] = {}  # what the optional stabilisers did this update
         if cfg.dynamic_sampling:
             batch, stabilisers["dynamic_sampling_dropped_rate"] = drop_uniform_groups(batch)
@@ -313,7 +316,7 @@ class Trainer:
             self.models.policy, self.models.critic, micro.input_ids, micro.attention_mask,
             temperature=self._temperature(), chunk=cfg.logprob_chunk, with_values=self.uses_critic,
             token_mask=self._scored(micro.action_mask), share_prefix=cfg.share_prefix,
-            choice=micro.side_choice, choice_ids=None if self.sides is None else [c.ids for c in self.sides],
+            choice=micro.side_choice, choice_ids=self._side_ids(),
         )
         pg, stats = policy_loss(
             out.logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_low, cfg.clip_high,
@@ -321,10 +324,11 @@ class Trainer:
         )
         entropy = entropy_bonus(out.entropy, mask, micro.loss_weight)
         loss = pg - cfg.entropy_coef * entropy
-        if out.choice_entropy is not None and micro.side_choice is not None:
-            # zero off the side tokens, so in the loss's token mean each side weighs as its token's advantage does
-            loss = loss - cfg.side_entropy_coef * entropy_bonus(out.choice_entropy, mask, micro.loss_weight)
-            stats.update(self._side_entropy_stats(out.choice_entropy.detach(), micro.side_choice))
+        if out.choice_probability is not None and micro.side_choice is not None and micro.side_pull is not None:
+            # each side token weighs in the loss's token mean as its token's advantage does
+            balance = token_mean(micro.side_pull * out.choice_probability, mask, micro.loss_weight)
+            loss = loss - cfg.side_balance_coef * balance
+            stats.update(self._side_entropy_stats(out.choice_probability.detach(), micro.side_choice))
         kl_tokens = kl_penalty(out.logprobs, micro.ref_logprobs, kind="k3")
         kl = masked_mean(kl_tokens, mask)
         if kl_in_loss(cfg) and uses_kl(cfg):
@@ -364,10 +368,15 @@ class Trainer:
         """Tokens whose log-probs are needed: the sampled ones, or all when the loss mask is off (ablation)."""
         return action_mask if self.config.train.loss_mask else None
 
-    def _side_entropy_stats(self, entropy: torch.Tensor, side_choice: torch.Tensor) -> dict[str, float]:
-        """The side choice's mean entropy over every token that names a side, and over each place's own
-        (`side_entropy/action_word` near 0 with a high `side_entropy/side_argument` is a call that chooses again;
-        the other way round, a call that copies its Action word)."""
+    def _side_ids(self) -> list[tuple[int, int]] | None:
+        """Each place's long and short tokens, when the side-balance term is on."""
+        return None if self.sides is None else [choice.ids for choice in self.sides]
+
+    def _side_entropy_stats(self, long: torch.Tensor, side_choice: torch.Tensor) -> dict[str, float]:
+        """The side choice's mean entropy, from P(long) (B, T), over every token that names a side and over each
+        place's own (`side_entropy/action_word` near 0 with a high `side_entropy/side_argument` is a call that
+        chooses again; the other way round, a call that copies its Action word)."""
+        entropy = -(torch.special.xlogy(long, long) + torch.special.xlogy(1 - long, 1 - long))  # (B, T)
         stats = {"side_entropy": float(masked_mean(entropy, side_choice >= 0))}
         for index, choice in enumerate(self.sides or []):
             stats[f"side_entropy/{choice.place}"] = float(masked_mean(entropy, side_choice == index))

@@ -7,8 +7,7 @@ executed, long or short, is the tool call's `side` argument. A side is named in 
 in either: SmolLM2's call copies the word its `Action:` line wrote, while the tiny model's call can choose again.
 `side_choices` finds, for each place, the token where long and short part (` long` against ` short` after
 `Action:` on SmolLM2's tokenizer, `long` against `short` in the call; `l` against `sh` in both on the tiny one). The
-trainer's side-entropy bonus (`train.side_entropy_coef`) acts at each of them: the entropy of long against short
-given all the turn wrote before it.
+trainer's side balance (`train.side_balance_coef`, `r1trade.rl.side_balance`) acts at each of them.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ _UNSUPPORTED: tuple[tuple[str, str], ...] = (
     ("dynamic_sampling", "GRPOTrainer keeps every group"),
     ("step_groups", "GRPOTrainer gives a completion one advantage, its episode reward against its group's"),
     ("loss_aggregation", "r1trade maps its group algorithms to GRPOTrainer's token-level loss_type"),
-    ("side_entropy_coef", "GRPOTrainer's entropy term has no per-token choice"),
+    ("side_balance_coef", "GRPOTrainer's loss has no per-token choice"),
 )
 """train.* keys whose non-default values TRL cannot reproduce, and why."""
 
