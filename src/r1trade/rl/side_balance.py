@@ -6,7 +6,10 @@ side pays. An entropy bonus at each side token would pull every state's choice t
 too: those of a policy whose side follows what it read. This term ascends instead the entropy H(p̄) of the batch's
 share p̄ of long, whose gradient is dH/dp̄ = ln((1 - p̄) / p̄) times each side token's ∂P(long)/∂θ, over the batch.
 A policy whose sides follow balanced information has p̄ near 1/2 and feels almost no pull; a drifting one is pulled
-back, the harder the further it has drifted.
+back, the harder the further it has drifted. H(p̄) is the marginal half of the mutual information between what the
+policy saw and the side it took, I = H(p̄) - E[H(p)]: the term discriminative clustering ascends so that its
+classifier cannot put every point in one class (Krause, Perona and Gomes, "Discriminative clustering by
+regularized information maximization", NeurIPS 2010).
 
 p̄ is each place's share of long among the side tokens sampled there in the batch, with one of each side added, so
 that a batch that went one way only still has a finite pull.
