@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from r1trade.backtest.step_selection import (
     PROGRESS_FILE,
     SELECTION_FILE,
     best_step,
+    scheduled_steps,
     select_step,
     steps_to_evaluate,
 )
@@ -64,6 +66,12 @@ def test_every_picks_the_multiples_and_the_last() -> None:
     assert steps_to_evaluate([10, 20, 30, 40, 45], 20) == [20, 40, 45]
     assert steps_to_evaluate([10, 20, 30], 1) == [10, 20, 30]
     assert steps_to_evaluate([5], 10) == [5]  # the last step always
+
+
+def test_a_checkpoint_written_by_a_stop_is_no_candidate() -> None:
+    assert scheduled_steps([20, 21, 40, 60], 20, 60) == [20, 40, 60]  # stopped at 21, resumed to the end
+    assert scheduled_steps([20, 21, 35], 20, 60) == [20, 35]  # stopped at 35 and not resumed: where it ends
+    assert scheduled_steps([1, 2, 3], 1, 3) == [1, 2, 3]
 
 
 # --------------------------------------------------------------------------- end to end
@@ -133,6 +141,20 @@ def test_up_to_chooses_among_the_first_steps_and_reuses_what_was_measured(run_di
     whole = select_step(run_dir)  # the whole run: step 1's figure kept, only step 2 measured
     assert measured == ["step-1", "step-2"] and whole.figures[1] == first.figures[1] and whole.up_to is None
     (run_dir / SELECTION_FILE).unlink()
+
+
+def test_a_run_stopped_and_resumed_chooses_among_its_schedules_steps(run_dir: Path, tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """Read with `train.checkpoint_every: 2`, the run's step-1 is what a stop after update 1 leaves behind."""
+    resumed = tmp_path / "resumed"
+    shutil.copytree(run_dir, resumed)
+    (resumed / SELECTION_FILE).unlink(missing_ok=True)
+    config = resumed / "config.yaml"
+    config.write_text(config.read_text().replace("checkpoint_every: 1\n", "checkpoint_every: 2\n"))
+    measured: list[str] = []
+    monkeypatch.setattr(step_selection, "_figure",
+                        lambda config, checkpoint, metric: measured.append(checkpoint.name) or 50.0)
+    assert select_step(resumed).step == 2 and measured == ["step-2"]
 
 
 class Stop(Exception):

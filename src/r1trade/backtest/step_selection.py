@@ -90,6 +90,17 @@ def steps_to_evaluate(steps: Sequence[int], every: int) -> list[int]:
     return sorted({*(step for step in steps if step % every == 0), *steps[-1:]})
 
 
+def scheduled_steps(steps: Sequence[int], checkpoint_every: int, updates: int) -> list[int]:
+    """The saved `steps` that the run's schedule writes (multiples of `checkpoint_every`, and step `updates`),
+    and the last one: a checkpoint written only because the run was stopped there is no candidate, so a run stopped
+    and resumed chooses among the steps of one that never stopped.
+
+    >>> scheduled_steps([20, 21, 40, 60], 20, 60)
+    [20, 40, 60]
+    """
+    return [step for step in steps if step % checkpoint_every == 0 or step in (updates, steps[-1])]
+
+
 def checkpoints_up_to(run_dir: Path, up_to: int | None) -> list[tuple[int, Path]]:
     """The run's complete checkpoints (`list_checkpoints`) at steps up to `up_to` (all: None)."""
     return [(step, path) for step, path in list_checkpoints(run_dir) if up_to is None or step <= up_to]
@@ -120,8 +131,8 @@ def select_step(
     on_step: Callable[[int, float], None] | None = None,
 ) -> StepSelection:
     """Backtest the chosen checkpoints of `run_dir` up to step `up_to` (all: None) on `split`
-    (`steps_to_evaluate`), pick the best by `metric` (`best_step`) and write `RUN/selected_step.json`;
-    `on_step(step, value)` is called as each is measured. The run folder is locked meanwhile: a run still
+    (`scheduled_steps`, then `steps_to_evaluate`), pick the best by `metric` (`best_step`) and write
+    `RUN/selected_step.json`; `on_step(step, value)` is called as each is measured. The run folder is locked meanwhile: a run still
     training there is refused, not read half-way."""
     if split not in SELECTION_SPLITS:
         raise UsageError(
@@ -143,7 +154,8 @@ def select_step(
             raise UsageError(f"'{run_dir}' has no complete checkpoint{after} to choose from")
         measured = _measured_before(run_dir, split, metric)
         figures: dict[int, float] = {}
-        for step in steps_to_evaluate(list(checkpoints), every):
+        scheduled = scheduled_steps(list(checkpoints), config.train.checkpoint_every, config.train.updates)
+        for step in steps_to_evaluate(scheduled, every):
             if step in measured:
                 figures[step] = measured[step]
             else:
