@@ -92,8 +92,8 @@ def steps_to_evaluate(steps: Sequence[int], every: int) -> list[int]:
 
 def scheduled_steps(steps: Sequence[int], checkpoint_every: int, updates: int) -> list[int]:
     """The saved `steps` that the run's schedule writes (multiples of `checkpoint_every`, and step `updates`),
-    and the last one: a checkpoint written only because the run was stopped there is no candidate, so a run stopped
-    and resumed chooses among the steps of one that never stopped.
+    and the last one: a checkpoint written only because the run was stopped there is no candidate, so a run
+    stopped and resumed chooses among the steps of one that never stopped.
 
     >>> scheduled_steps([20, 21, 40, 60], 20, 60)
     [20, 40, 60]
@@ -132,8 +132,8 @@ def select_step(
 ) -> StepSelection:
     """Backtest the chosen checkpoints of `run_dir` up to step `up_to` (all: None) on `split`
     (`scheduled_steps`, then `steps_to_evaluate`), pick the best by `metric` (`best_step`) and write
-    `RUN/selected_step.json`; `on_step(step, value)` is called as each is measured. The run folder is locked meanwhile: a run still
-    training there is refused, not read half-way."""
+    `RUN/selected_step.json`; `on_step(step, value)` is called as each is measured. The run folder is locked
+    meanwhile: a run still training there is refused, not read half-way."""
     if split not in SELECTION_SPLITS:
         raise UsageError(
             f"--split {split}: choose a step on {' or '.join(SELECTION_SPLITS)}; the test split is kept for "

@@ -234,8 +234,8 @@ def select_step_command(
 ) -> None:
     """Choose a run's step without the test split: each checkpoint of the run's schedule (not one a stop wrote)
     backtested greedily on --split, the best --metric kept (the earliest of equal steps); writes
-    RUN/selected_step.json. A step the run's last selection
-    measured on the same split and metric keeps its figure (delete that file to measure it again)."""
+    RUN/selected_step.json. A step the run's last selection measured on the same split and metric keeps its
+    figure (delete that file to measure it again)."""
     from r1trade.backtest.step_selection import DEFAULT_METRIC, SELECTION_FILE, select_step
 
     metric = metric or DEFAULT_METRIC
