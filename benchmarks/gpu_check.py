@@ -15,6 +15,11 @@ table for docs/benchmarks.md, headed by the GPU and the library versions:
   over its updates. The rest is scoring and the optimiser's steps, which is where the time goes.
 - peak GPU memory: `torch.cuda.max_memory_allocated` during the run, above what was allocated before it.
 
+Then a second table: a decoding step of each shape at 16, 64 and 256 rows (`DECODE_ROWS`), in ms and in tokens/s
+(rows over the step), by r1trade's engine and by transformers' `generate`, eager, on the same random prompts, as
+`benchmarks/decode_step.py` measures them (`--decode-compiled` adds `generate` with a static cache and the step
+compiled, CUDA graphs included, at about a minute of compiling per shape and row count).
+
 A random model's turns hold no valid tool call, so every episode samples all the tokens it may: r1trade plays its 3
 turns of 32 tokens, TRL (which ends a completion at its first turn without a call) samples to its cap of 96 tokens.
 Every run does the same work whatever its shape. Sized to finish in a few minutes on one H100. A run that fails is
@@ -24,7 +29,7 @@ failed. Without torch or a CUDA GPU it stops at once with a one-line error (exit
 It runs on the GPU machine's own Python, which has torch built with CUDA, with r1trade from `src` (`make gpu-check`
 puts it on PYTHONPATH). Once CUDA is found it installs the wheels in `.whl/` (`make gpu-wheels`: what such a Python
 may lack) into `/tmp/site`, without an index, and puts that on the path for itself and the tests.
-Run: `python benchmarks/gpu_check.py [--models ...] [--engines ...] [--updates 3] [--no-tests]`.
+Run: `python benchmarks/gpu_check.py [--models ...] [--engines ...] [--updates 3] [--no-tests] [--decode-compiled]`.
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ RUN_SETTINGS = (
 )
 """The settings of every run, on top of `BASE_CONFIG`."""
 GIB = 1024**3
+DECODE_ROWS = (16, 64, 256)
+DECODE_PROMPT = 256
+"""Prompt tokens a row in the decoding table: about a first turn's context."""
+DECODE_NEW = 64
 
 
 class CheckError(Exception):
@@ -77,6 +86,16 @@ class Measurement:
     seconds_per_update: float | None = None
     sampling_seconds_per_update: float | None = None
     peak_memory_gib: float | None = None
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class DecodeMeasurement:
+    """One shape's decoding step at one row count: ms a step by each decoder that ran, or why there is none."""
+
+    model: str
+    rows: int
+    ms_per_step: dict[str, float]
     failure: str | None = None
 
 
@@ -130,6 +149,23 @@ def markdown_table(measurements: Sequence[Measurement], *, header: str, settings
         else:
             lines.append(f"| `{m.model}` | {m.engine} | {m.rollout_tokens_per_s:,.0f} | {m.seconds_per_update:.2f} "
                          f"| {m.sampling_seconds_per_update:.2f} | {m.peak_memory_gib:.2f} GiB |")
+    return "\n".join(lines)
+
+
+def decode_table(measurements: Sequence[DecodeMeasurement], decoders: Sequence[str]) -> str:
+    """The decoding steps as a markdown table: each decoder's ms a step and tokens/s, and r1trade's speed-up over
+    eager `generate`."""
+    header = " | ".join(f"{name}: ms a step | tokens/s" for name in decoders)
+    lines = [f"Decoding step: {DECODE_PROMPT} random prompt tokens a row, {DECODE_NEW} greedy tokens.", "",
+             f"| model | rows | {header} | r1trade / generate |", "|---|---:|" + "---:|---:|" * len(decoders) + "---:|"]
+    for m in measurements:
+        if m.failure is not None:
+            lines.append(f"| `{m.model}` | {m.rows} | failed: {m.failure.replace('|', '/')} |" + " |" * (
+                2 * len(decoders)))
+            continue
+        cells = " | ".join(f"{m.ms_per_step[name]:.2f} | {1000 * m.rows / m.ms_per_step[name]:,.0f}" for name in decoders)
+        lines.append(f"| `{m.model}` | {m.rows} | {cells} | "
+                     f"{m.ms_per_step['generate'] / m.ms_per_step['r1trade']:.2f}x |")
     return "\n".join(lines)
 
 
@@ -281,12 +317,49 @@ def measure_all(models: Sequence[str], engines: Sequence[str], updates: int) -> 
     return measurements
 
 
+def measure_decoding(model: str, rows: Sequence[int], *, compiled: bool, device: str = "cuda",
+                     prompt: int = DECODE_PROMPT, new: int = DECODE_NEW, repeats: int = 2) -> list[DecodeMeasurement]:
+    """A decoding step of `model` (loaded as the training runs load it) at each row count, by r1trade's engine and
+    by eager `generate` (and compiled, with `compiled`); a row count that fails is kept as its first line."""
+    import torch
+
+    from decode_step import engine_decoder, hf_decoder, step_seconds
+    from r1trade.models.loading import load_agent_models
+    from r1trade.safe_load import first_line
+
+    with tempfile.TemporaryDirectory(prefix="r1trade-gpu-check-") as output_dir:
+        config = run_config(model, "r1trade", 1, Path(output_dir))
+    try:
+        models = load_agent_models(config.model, seed=0)
+        policy = models.policy.to(device)
+    except Exception as exc:  # noqa: BLE001 - one shape that fails must not cost the others
+        traceback.print_exc()
+        return [DecodeMeasurement(model, count, {}, failure=first_line(exc)) for count in rows]
+    decoders = {"r1trade": engine_decoder(policy, models.tokenizer), "generate": hf_decoder(policy, compiled=False)}
+    if compiled:
+        decoders["generate, compiled"] = hf_decoder(policy, compiled=True)
+    measurements = []
+    for count in rows:
+        ids = torch.randint(3, len(models.tokenizer), (count, prompt), generator=torch.Generator().manual_seed(0))
+        try:
+            seconds = step_seconds(decoders, ids.to(device), new, repeats)
+        except Exception as exc:  # noqa: BLE001 - one failed row count must not cost the others
+            traceback.print_exc()
+            measurements.append(DecodeMeasurement(model, count, {}, failure=first_line(exc)))
+            continue
+        measurements.append(DecodeMeasurement(model, count, {
+            name: 1000 * statistics.mean(values) for name, values in seconds.items()}))
+    return measurements
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=(*SIZES, QUICK_MODEL), default=list(SIZES))
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--updates", type=int, default=3, help="updates per run (default 3)")
     parser.add_argument("--no-tests", action="store_true", help="skip the tests marked cuda")
+    parser.add_argument("--decode-compiled", action="store_true",
+                        help="time generate with a static cache and the step compiled too (slow to compile)")
     args = parser.parse_args(argv)
     if args.updates < 1:
         parser.error("--updates must be at least 1")
@@ -310,12 +383,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     tests = 0 if args.no_tests else run_cuda_tests()
     warm_up()
     measurements = measure_all(args.models, args.engines, args.updates)
+    decoding = [m for model in args.models for m in measure_decoding(model, DECODE_ROWS, compiled=args.decode_compiled)]
     print()
     print(markdown_table(measurements, header=machine_header(), settings=settings_line(args.updates)))
+    print()
+    decoders = ["r1trade", "generate"] + (["generate, compiled"] if args.decode_compiled else [])
+    print(decode_table(decoding, decoders))
     print(f"\ngpu-check: {'tests passed' if tests == 0 else f'tests failed (pytest exit {tests})'}, "
           f"{sum(m.failure is None for m in measurements)} of {len(measurements)} runs measured, "
           f"{time.perf_counter() - started:.0f} s")
-    return 0 if tests == 0 and all(m.failure is None for m in measurements) else 1
+    failed = any(m.failure is not None for m in [*measurements, *decoding])
+    return 0 if tests == 0 and not failed else 1
 
 
 if __name__ == "__main__":

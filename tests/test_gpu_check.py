@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from r1trade.integrations.trl.settings import check_trl_settings
 from r1trade.models.random_models import RANDOM_MODELS
@@ -88,6 +89,43 @@ def test_the_table_is_markdown_with_a_failed_run_in_its_row() -> None:
         "| `random:qwen2.5-0.5b` | trl | failed: CUDA out of memory | | | |",
     ]
     assert "3 update(s) per run" in gpu_check.settings_line(3) and "rollout.num_envs=16" in gpu_check.settings_line(3)
+
+
+def test_the_decoding_table_gives_each_decoders_step_its_rate_and_the_speed_up() -> None:
+    """20 ms a step for 16 rows is 800 tokens/s; 50 ms is 320; 50 / 20 = 2.5x."""
+    measurements = [
+        gpu_check.DecodeMeasurement("random:smollm2-135m", 16, {"r1trade": 20.0, "generate": 50.0}),
+        gpu_check.DecodeMeasurement("random:smollm2-135m", 256, {}, failure="CUDA out of memory"),
+    ]
+    assert gpu_check.decode_table(measurements, ["r1trade", "generate"]).splitlines()[2:] == [
+        "| model | rows | r1trade: ms a step | tokens/s | generate: ms a step | tokens/s | r1trade / generate |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        "| `random:smollm2-135m` | 16 | 20.00 | 800 | 50.00 | 320 | 2.50x |",
+        "| `random:smollm2-135m` | 256 | failed: CUDA out of memory | | | | |",
+    ]
+
+
+def test_decoding_is_measured_on_any_device_each_decoder_counting_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU with the built-in model: `generate` decodes every token it is asked for (new - 1 steps after the
+    prefill); the engine's steps are its one-column model calls, at most new - 1 (a row may end its turn)."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import decode_step
+
+    from r1trade.config import load_config
+    from r1trade.models.loading import load_agent_models
+
+    models = load_agent_models(load_config("demo").model, seed=0)
+    ids = torch.randint(3, len(models.tokenizer), (3, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        generated = decode_step.hf_decoder(models.policy, compiled=False)(ids, 5)
+        engine = decode_step.engine_decoder(models.policy, models.tokenizer)(ids, 5)
+    assert (generated.tokens, generated.steps) == (15, 4) and generated.seconds > 0
+    assert 1 <= engine.steps <= 4 and engine.tokens <= 15 and engine.seconds > 0
+
+    [measured] = gpu_check.measure_decoding(gpu_check.QUICK_MODEL, [2], compiled=False, device="cpu", prompt=8, new=4,
+                                            repeats=1)
+    assert measured.failure is None and set(measured.ms_per_step) == {"r1trade", "generate"}
+    assert all(ms > 0 for ms in measured.ms_per_step.values())
 
 
 def _write_wheel(path: Path) -> None:

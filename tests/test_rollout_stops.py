@@ -68,6 +68,39 @@ def test_stop_found_where_decoding_finds_it():
     assert 30 < stops < 270  # both outcomes are exercised
 
 
+def test_ids_past_the_tokenizer_spell_no_text():
+    """A model's output can be wider than its tokenizer (Qwen2.5: 151,936 logits for 151,665 tokens): an id past
+    the tokenizer leaves a row's progress through the stop text as it was."""
+    tokenizer = build_tiny_tokenizer()
+    matcher = StopMatcher.for_tokenizer(tokenizer, STOP_TEXT, torch.device("cpu"), vocab_size=len(tokenizer) + 14)
+    assert matcher.table.shape == (len(STOP_TEXT) + 1, len(tokenizer) + 14)
+    state = torch.tensor([0, 3, matcher.full])
+    assert matcher.advance(state, torch.tensor([len(tokenizer) + 13, len(tokenizer), len(tokenizer) + 1])).tolist() \
+        == [0, 3, matcher.full]
+
+
+def test_a_model_wider_than_its_tokenizer_decodes_past_it():
+    """Every logit 0 but those of the 64 ids past the tokenizer: greedy turns sample only those, and run to their
+    limit (no text, so no stop text)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tiny_tokenizer()
+    config = LlamaConfig(vocab_size=len(tokenizer) + 64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight[: len(tokenizer)] = 0
+    chat = ChatTokens(tokenizer)
+    backend = TransformersBackend(model, tokenizer, SamplingConfig(max_new_tokens=6, greedy=True),
+                                  stop_ids=chat.stop_ids, stop_text=STOP_TEXT)
+    context = chat.context([{"role": "user", "content": "Price 100"}])
+    with backend.session():
+        [turn] = backend.generate([Prompt(0, tuple(context), fresh=True)], None)
+    assert len(turn.token_ids) == 6 and not turn.stopped
+    assert min(turn.token_ids) >= len(tokenizer)
+
+
 def reference_turn(model, ids: list[int], stop_ids: set[int], tokenizer, limit: int) -> tuple[list[int], list[float]]:
     """One row, greedy, the whole context run again at every token: what the batch decode must reproduce."""
     context, out, logprobs = list(ids), [], []

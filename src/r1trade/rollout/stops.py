@@ -74,8 +74,13 @@ class StopMatcher:
         self.table = table.to(torch.uint8 if full < 256 else torch.long).to(device)
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: PreTrainedTokenizerBase, stop: str, device: torch.device) -> StopMatcher:
-        return cls(token_bytes(tokenizer), stop, device)
+    def for_tokenizer(
+        cls, tokenizer: PreTrainedTokenizerBase, stop: str, device: torch.device, *, vocab_size: int = 0
+    ) -> StopMatcher:
+        """The matcher for `tokenizer`'s tokens, over `vocab_size` ids where the model's output is wider than the
+        tokenizer (Qwen2.5's 151,936 logits for 151,665 tokens): the ids past the tokenizer spell no text."""
+        pieces = token_bytes(tokenizer)
+        return cls(pieces + [b""] * (vocab_size - len(pieces)), stop, device)
 
     def advance(self, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """States (R,) after each row's token (R,); a state equal to `full` means the stop text is complete."""

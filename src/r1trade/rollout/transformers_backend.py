@@ -335,7 +335,8 @@ class TransformersBackend:
         self.pad_id = pad_token_id(tokenizer)
         self.device = next(model.parameters()).device
         self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
-        self.stop_text = StopMatcher.for_tokenizer(tokenizer, stop_text, self.device)
+        self.stop_text = StopMatcher.for_tokenizer(tokenizer, stop_text, self.device,
+                                                   vocab_size=model.config.vocab_size)
         self.read_every = 1 if self.device.type == "cpu" else self.DEVICE_READ_EVERY
         self.compact_below = sampling.compact_below
         """Decoding steps between host reads of "have all rows stopped?": free on the CPU, where it is read every
