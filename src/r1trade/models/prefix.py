@@ -7,7 +7,8 @@ import inspect
 
 import torch
 from torch import nn
-from transformers import DynamicCache
+from transformers import Cache, DynamicCache
+from transformers.utils import ModelOutput
 
 
 def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
@@ -39,17 +40,24 @@ def hidden_after_shared_prefix(
     # every row reads the prefix's keys and values (B, H_kv, P, D): a view, so their gradients add up in it
     cache = DynamicCache(
         [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1))
-         for layer in prefix.past_key_values.layers],
+         for layer in output_cache(prefix).layers],
         config=decoder.config,
     )
     own = decoder(
         input_ids=input_ids[:, shared:], attention_mask=attention_mask, position_ids=positions[:, shared:],
-        use_cache=True, **{_cache_keyword(decoder): cache},
+        use_cache=True, **{cache_keyword(decoder): cache},
     )
     prefix_hidden = prefix.last_hidden_state.expand(rows, -1, -1)  # (B, P, H)
     return torch.cat([prefix_hidden, own.last_hidden_state], dim=1)  # (B, T, H)
 
 
-def _cache_keyword(decoder: nn.Module) -> str:
-    """The name the decoder takes its key/value cache by: `cache` since transformers 5.2x, `past_key_values` before."""
-    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+def cache_keyword(model: nn.Module) -> str:
+    """The name a transformers model, or a peft model around one, takes its key/value cache by: `cache` since
+    transformers 5.2x (where `past_key_values` is deprecated, to go in 5.40), `past_key_values` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def output_cache(output: ModelOutput) -> Cache:
+    """The key/value cache a forward pass returned: its `cache` since transformers 5.2x, `past_key_values` before."""
+    return output["cache"] if "cache" in output else output.past_key_values

@@ -28,6 +28,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 
+from r1trade.models.prefix import cache_keyword
 from r1trade.rollout.backend import Generation, Prompt, SamplingConfig, pad_token_id
 from r1trade.rollout.stops import StopMatcher
 
@@ -335,6 +336,7 @@ class TransformersBackend:
         self.pad_id = pad_token_id(tokenizer)
         self.device = next(model.parameters()).device
         self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
+        self.cache_keyword = cache_keyword(model)
         self.stop_text = StopMatcher.for_tokenizer(tokenizer, stop_text, self.device,
                                                    vocab_size=model.config.vocab_size)
         self.read_every = 1 if self.device.type == "cpu" else self.DEVICE_READ_EVERY
@@ -443,7 +445,7 @@ class TransformersBackend:
             input_ids=ids,
             attention_mask=cache.attention,
             position_ids=positions,
-            past_key_values=cache.kv,
+            **{self.cache_keyword: cache.kv},
             use_cache=True,
             logits_to_keep=1,  # only the last column's logits are used; skip the vocabulary projection elsewhere
             **shared,
