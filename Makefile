@@ -75,8 +75,8 @@ demo-btc: install
 
 # Every CPU benchmark with its defaults, and the text bandit's long-turn comparison (benchmarks/bandit_learning.py
 # takes its variants as arguments). benchmarks/previous_engine.py is a module the throughput benchmarks import, and
-# gpu_check.py is `make gpu-check`'s.
-BENCHMARKS := backtest_speed env_step prompt_tokens rollout_throughput update_throughput update_memory
+# gpu_check.py is `make gpu-check`'s (it imports decode_step.py's decoders).
+BENCHMARKS := backtest_speed env_step prompt_tokens rollout_throughput decode_step update_throughput update_memory
 bench: install
 	$(PIP) install --quiet -e '.[test,deepspeed,bench]'
 	for name in $(BENCHMARKS); do $(PY) benchmarks/$$name.py || exit 1; done
