@@ -10,8 +10,9 @@ decoding steps (a logits processor clocks `generate`'s steps, a wrapper the engi
 the prompt's prefill is not counted; compiling happens in a warm-up and is timed apart. Each variant runs
 `--repeats` times, the variants alternating. `make gpu-check` measures the same way on a GPU (`gpu_check.py`).
 
-Run: `python benchmarks/decode_step.py --config tool_gated --set model.name_or_path=random:smollm2-135m
---set model.dtype=bfloat16` (SmolLM2-135M's shape, random weights, its rollouts' dtype on a CPU with AMX).
+Both models take the dtype `model.dtype` resolves to with the fast paths on (bfloat16 frozen weights for LoRA on a
+CPU with AMX or AVX-512 BF16). Run: `python benchmarks/decode_step.py` (SmolLM2-135M-Instruct as
+`configs/tool_gated.yaml` loads it), or `--set model.name_or_path=random:smollm2-135m` (its shape, random weights).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def step_seconds(decoders: Mapping[str, Decoder], ids: torch.Tensor, new: int, r
 
 def main() -> None:
     from r1trade.config import load_config
-    from r1trade.models.loading import load_agent_models
+    from r1trade.models.loading import load_agent_models, model_dtype
     from r1trade.runtime import cpu_header
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -136,12 +137,16 @@ def main() -> None:
     args = parser.parse_args()
     print(cpu_header(), flush=True)
 
+    # both in the dtype the fast paths resolve (with them off, `model.dtype: auto` would fall back to float32)
+    dtype = str(model_dtype(load_config(args.config, args.set).model)).removeprefix("torch.")
+
     def models(kernels: str):
-        return load_agent_models(load_config(args.config, [*args.set, f"model.cpu_kernels={kernels}"]).model, seed=0)
+        overrides = [*args.set, f"model.cpu_kernels={kernels}", f"model.dtype={dtype}"]
+        return load_agent_models(load_config(args.config, overrides).model, seed=0)
 
     plain, fast = models("off"), models("auto")
-    print(f"model: {plain.config.name_or_path}, {next(plain.policy.parameters()).dtype}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads", flush=True)
+    print(f"model: {plain.config.name_or_path}, {dtype}, torch {torch.__version__}, {torch.get_num_threads()} threads",
+          flush=True)
     decoders = {
         "generate, eager, dynamic cache": hf_decoder(plain.policy, compiled=False),
         "generate, static cache, compiled": hf_decoder(plain.policy, compiled=True),
