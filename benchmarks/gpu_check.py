@@ -17,8 +17,8 @@ table for docs/benchmarks.md, headed by the GPU and the library versions:
 
 Then a second table: a decoding step of each shape at 16, 64 and 256 rows (`DECODE_ROWS`), in ms and in tokens/s
 (rows over the step), by r1trade's engine and by transformers' `generate`, eager, on the same random prompts, as
-`benchmarks/decode_step.py` measures them (`--decode-compiled` adds `generate` with a static cache and the step
-compiled, CUDA graphs included, at about a minute of compiling per shape and row count).
+`benchmarks/decode_step.py` measures them (`--decode-compiled` adds `generate` with a static cache and its step
+compiled, CUDA graphs included, once per shape and row count: 6-90 s each on a 2-core CPU).
 
 A random model's turns hold no valid tool call, so every episode samples all the tokens it may: r1trade plays its 3
 turns of 32 tokens, TRL (which ends a completion at its first turn without a call) samples to its cap of 96 tokens.
