@@ -128,8 +128,9 @@ def test_the_demo_is_the_information_rungs_recipe_as_written() -> None:
 def test_smollm2s_information_rung_is_the_same_recipe_with_what_a_pretrained_model_needs() -> None:
     """tool_gated.yaml is tool_gated_tiny.yaml on SmolLM2 with LoRA: only the model, the learning rate, the budget,
     the micro-batches, the checkpoints, the side balance (SmolLM2's seeds collapse to one side; the small model's
-    do not), the warm start's size, its check before RL (a one-sided draw is replaced) and the restarts (none: a
-    SmolLM2 run costs hours) differ, and nothing changes mid-run."""
+    do not), the warm start's size, its check before RL (a one-sided draw is replaced) and the restarts (one, the
+    warm start drawn again, only for a seed that does not read: a SmolLM2 run costs hours) differ, and nothing
+    changes mid-run."""
     small, large = load_config("tool_gated_tiny"), load_config("tool_gated")
     assert large.model.name_or_path == "smollm2-135m-instruct" and large.model.lora.enabled
     train = {"learning_rate": 3e-4, "updates": 30, "micro_batch_size": 6, "checkpoint_every": 10,
@@ -138,6 +139,7 @@ def test_smollm2s_information_rung_is_the_same_recipe_with_what_a_pretrained_mod
                                                       "gradient_accumulation", "learning_rate",
                                                       "min_action_share", "draws")}
     assert (large.warmstart.min_action_share, large.warmstart.draws) == (0.1, 3)
+    assert (large.seeds.restarts, large.seeds.restart_until) == ([["warmstart.draw=1"]], 70)
     assert {k: getattr(large.train, k) for k in train} == train
     assert large.model_copy(update={
         "name": small.name, "model": small.model, "seeds": small.seeds,
