@@ -22,8 +22,8 @@ $(VENV)/.installed: pyproject.toml
 
 # The tests, then the 25 slowest of them: the suite is kept within minutes on two cores. One worker per core, each
 # with its share of the threads (tests/conftest.py); a test file's tests stay on one worker, so that its fixtures
-# are built once.
-PYTEST := $(VENV)/bin/pytest -n auto --dist loadfile
+# are built once, and the files holding a test marked slow are handed out first, so that the workers end together.
+PYTEST := $(VENV)/bin/pytest -n auto --dist loadfile --no-loadscope-reorder
 test: install
 	$(VENV)/bin/lint-imports
 	$(PYTEST) --durations=25

@@ -45,7 +45,8 @@ def _share_the_cores_among_workers() -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """tests/cpu tests the fast paths themselves: with the kernels off they are skipped, as is any test marked so.
-    Tests marked `cuda` are skipped where torch sees no CUDA GPU."""
+    Tests marked `cuda` are skipped where torch sees no CUDA GPU. Files holding a test marked `slow` run first."""
+    _slow_files_first(items)
     skip = pytest.mark.skip(reason="the CPU fast paths are off (--cpu-kernels=off)")
     for item in items:
         if CPU_TESTS in item.path.parents:
@@ -57,6 +58,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         no_gpu = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is False")
         for item in cuda_tests:
             item.add_marker(no_gpu)
+
+
+def _slow_files_first(items: list[pytest.Item]) -> None:
+    """The longest jobs first, so that the workers end together: `make test` hands whole files to its workers in
+    collection order (`--dist loadfile --no-loadscope-reorder`), and a long file handed out last kept one worker
+    busy for minutes after the other had finished."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's tests stay together, in order
 
 
 def _cuda_available() -> bool:

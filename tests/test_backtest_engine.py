@@ -199,6 +199,7 @@ def vectorbt_replay(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "scale, fee_bps, slippage_bps",
     # vectorbt caps a buy at the cash on hand, so 100 % targets are compared without fees

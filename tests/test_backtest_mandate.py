@@ -287,6 +287,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=600, check=False)
 
 
+@pytest.mark.slow
 def test_warm_start_train_then_backtest_the_rung_through_the_cli(tmp_path: Path) -> None:
     warmed = _cli("warmstart", "--config", "btc_voltarget_tiny", "--set", "warmstart.max_steps=2",
                   "--set", "warmstart.episodes=2", "--set", f"output_dir={tmp_path}")

@@ -101,6 +101,7 @@ def test_a_planted_or_damaged_file_runs_nothing_and_fails_in_one_line(
         assert max(codes) > 0, name  # every file r1trade reads is checked
 
 
+@pytest.mark.slow
 def test_the_planted_pickles_of_an_old_checkpoint_are_refused_through_the_cli(
     trained_run: Path, tmp_path: Path
 ) -> None:
@@ -128,6 +129,7 @@ def test_the_planted_pickles_of_an_old_checkpoint_are_refused_through_the_cli(
     assert not (tmp_path / "report").exists()
 
 
+@pytest.mark.slow
 def test_every_file_planted_at_once_through_the_cli(run_copy: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     step = run_copy / "checkpoints" / "step-1"
@@ -238,6 +240,7 @@ def trl_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "smoke"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("where", "value", "message"), RNG_DAMAGE[:2])
 def test_random_states_out_of_range_in_a_trl_checkpoint_are_one_line_and_change_nothing(
     trl_run: Path, tmp_path: Path, where: str, value: object, message: str

@@ -550,6 +550,7 @@ def hourly_checkpoint(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_a_checkpoint_is_refused_candles_of_another_bar_length(tmp_path: Path, hourly_checkpoint: Path):
     four_hours = save_candles(make_synthetic_candles(2000, freq="4h"), tmp_path / "btc_4h.parquet")
     out = tmp_path / "report"

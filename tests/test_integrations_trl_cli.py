@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from trl_fixtures import SHORT_EPISODES, TRL, run_r1trade
 
 from r1trade.integrations.trl import tool_schemas
@@ -18,6 +19,7 @@ def _sets(settings: list[str]) -> list[str]:
     return [arg for setting in settings for arg in ("--set", setting)]
 
 
+@pytest.mark.slow
 def test_trl_engine_trains_two_updates_from_its_warm_start_and_the_checkpoint_backtests(tmp_path: Path):
     warm = [*TRL, "rollout.max_new_tokens=128", "warmstart.policy=random", "warmstart.episodes=2",
             "warmstart.max_steps=2", f"output_dir={tmp_path}", "name=trl"]

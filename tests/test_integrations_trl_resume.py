@@ -112,6 +112,7 @@ def test_a_sigterm_during_update_1_ends_the_run_after_it_at_a_step_1_checkpoint_
     assert_same_tensors(read_tensors(stopped / "checkpoints" / "step-1" / ADAPTER), read_tensors(straight / ADAPTER))
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_resume_with_nothing_to_do_in_one_line_and_extends_a_run(straight_run: Path,
                                                                                    tmp_path: Path):
     run_dir = tmp_path / "run"

@@ -677,6 +677,7 @@ def settled(journal: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_killed_with_sigkill_and_started_again_it_ends_like_an_uninterrupted_run(
     tmp_path: Path, checkpoint: Path, sample_journal: Path
 ) -> None:

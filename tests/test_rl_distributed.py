@@ -40,10 +40,12 @@ def plain_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_two_processes_end_with_identical_weights(plain_run: Path):
     assert len((plain_run / "metrics.jsonl").read_text().splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_deepspeed_zero2_matches_plain_data_parallel_and_resumes_exactly(plain_run: Path, tmp_path: Path):
     pytest.importorskip("deepspeed")
     straight = launch(tmp_path / "zero2", 2, ZERO2, 29518)

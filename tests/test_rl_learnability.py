@@ -49,6 +49,7 @@ def test_each_algorithm_learns_the_bandit(tmp_path: Path, train: dict) -> None:
     assert curve[-1] >= 0.9, curve
 
 
+@pytest.mark.slow
 def test_token_level_gae_learns_less_than_turn_level_credit_with_long_turns(tmp_path: Path) -> None:
     """32-token turns, the deciding token first: mean P over the last five updates, over two seeds."""
     finals = {}

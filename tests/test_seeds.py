@@ -149,6 +149,7 @@ def test_figures_of_a_report() -> None:
 # --------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_a_finished_seed_is_skipped_and_a_stopped_one_resumed(capsys, tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "tiny-seeds"
     command = ["seeds", "--config", "smoke", "--out", str(out), *settings(*TINY)]

@@ -81,6 +81,7 @@ def test_a_second_signal_stops_at_once_and_keeps_the_last_complete_checkpoint(
     assert [row["update"] for row in metrics(RUN)] == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_a_real_sigterm_ends_a_real_run_at_a_checkpoint(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "r1trade.cli", "train", *TRAIN, "--set", "train.updates=200",
                "--set", f"output_dir={tmp_path}"]

@@ -165,6 +165,7 @@ QUICK_BACKTEST = ["backtest.max_decisions=2", "backtest.agent_windows=1", "backt
 """Two decisions per fold, the fewest a fold may score."""
 
 
+@pytest.mark.slow
 def test_fold_agents_trained_resumed_and_each_backtested_on_its_own_fold(capsys, tmp_path: Path) -> None:
     settings = [f"output_dir={tmp_path}", "name=wf", "train.walk_forward=2", *FAST]
     command = [sys.executable, "-m", "r1trade.cli", "train", "--config", "smoke",
