@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from r1trade.data.csv_import import import_cryptodatadownload_csv
+from r1trade.data.csv_import import import_candle_csv
 from r1trade.data.store import (
     candles_from_ohlcv,
     load_candles,
@@ -126,7 +126,7 @@ def test_cryptodatadownload_import_handles_banner_order_and_am_pm(tmp_path: Path
         "2019-10-17 12-PM,BTCUSD,2,3,1,3,6,18\n"
         "2019-10-17 11-AM,BTCUSD,1,2,0.5,2,5,10\n"
     )
-    candles = import_cryptodatadownload_csv(csv)
+    candles = import_candle_csv(csv, fmt="cryptodatadownload").candles
     assert list(candles.index.strftime("%H")) == ["11", "12", "13"]
     assert candles["volume"].tolist() == [5.0, 6.0, 7.0]  # base-asset volume, as ccxt reports it
     assert candles.attrs["symbol"] == "BTC/USD"

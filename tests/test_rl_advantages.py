@@ -10,12 +10,12 @@ import torch
 from r1trade.rl.advantages import (
     explained_variance,
     gae,
-    grpo_advantages,
+    group_relative,
     keep_top_groups_by_std,
     reinforce_pp_advantages,
     reinforce_pp_returns,
 )
-from r1trade.rl.masks import compress, masked_mean, masked_var, scatter_back
+from r1trade.rl.masks import masked_mean, masked_var
 
 # One row of four tokens with an observation hole at index 1 (Stable-Baselines3 test_gae.py style).
 REWARDS = torch.tensor([[0.0, 0.0, 0.5, 1.0]])
@@ -112,11 +112,10 @@ def test_gae_equals_textbook_gae_on_compressed_rows(seed: int) -> None:
 
     advantages, returns = gae(rewards, values, action_mask, gamma, lam)
 
-    reference = [
-        torch.tensor(_textbook_gae(r.tolist(), v.tolist(), gamma, lam))
-        for r, v in zip(compress(rewards, action_mask), compress(values, action_mask), strict=True)
-    ]
-    expected = scatter_back(reference, action_mask)
+    expected = torch.zeros(batch, length)
+    for row, keep in enumerate(action_mask):  # each row's action tokens alone, then back in their places
+        textbook = _textbook_gae(rewards[row, keep].tolist(), values[row, keep].tolist(), gamma, lam)
+        expected[row, keep] = torch.tensor(textbook)
     torch.testing.assert_close(advantages, expected)
     torch.testing.assert_close(returns, torch.where(action_mask, expected + values, 0.0))
 
@@ -154,26 +153,22 @@ def test_gae_carries_no_gradient() -> None:
     assert not advantages.requires_grad and not returns.requires_grad
 
 
-def test_grpo_advantages_two_groups_by_hand() -> None:
+def test_grpo_baseline_two_groups_by_hand() -> None:
     # Group 7: scores 1, 0, 2 -> mean 1, unbiased std sqrt((0 + 1 + 1) / 2) = 1 -> A = 0, -1, 1.
     # Group 3: scores 4, 6 -> mean 5, unbiased std sqrt((1 + 1) / 1) = sqrt(2) -> A = -1/sqrt2, 1/sqrt2
     # (the population std would be 1 and give -1, 1). Group 9: one sample -> 0.
     scores = torch.tensor([1.0, 4.0, 0.0, 5.0, 6.0, 2.0])
     group_ids = torch.tensor([7, 3, 7, 9, 3, 7])
-    action_mask = torch.tensor([[1, 0, 1]] * 6)
-    advantages = grpo_advantages(scores, group_ids, action_mask, eps=0.0)
-    per_sample = torch.tensor([0.0, -1 / math.sqrt(2), -1.0, 0.0, 1 / math.sqrt(2), 1.0])
-    torch.testing.assert_close(advantages, per_sample[:, None] * action_mask)
-    # Without the std: score - group mean = 0, -1, -1, 0, 1, 1.
-    centred = grpo_advantages(scores, group_ids, action_mask, scale_by_std=False)
-    torch.testing.assert_close(centred, torch.tensor([0.0, -1.0, -1.0, 0.0, 1.0, 1.0])[:, None] * action_mask)
+    advantages = group_relative(scores, group_ids, "mean_std", eps=0.0)
+    torch.testing.assert_close(advantages, torch.tensor([0.0, -1 / math.sqrt(2), -1.0, 0.0, 1 / math.sqrt(2), 1.0]))
+    # Without the std (Dr. GRPO): score - group mean = 0, -1, -1, 0, 1, 1.
+    centred = group_relative(scores, group_ids, "mean")
+    torch.testing.assert_close(centred, torch.tensor([0.0, -1.0, -1.0, 0.0, 1.0, 1.0]))
 
 
-def test_grpo_advantages_equal_scores_give_zero() -> None:
+def test_grpo_baseline_equal_scores_give_zero() -> None:
     for eps in (1e-6, 0.0):
-        advantages = grpo_advantages(
-            torch.tensor([0.1, 0.1, 0.1]), torch.zeros(3, dtype=torch.long), torch.ones(3, 4), eps=eps
-        )
+        advantages = group_relative(torch.tensor([0.1, 0.1, 0.1]), torch.zeros(3, dtype=torch.long), eps=eps)
         assert (advantages == 0).all()
 
 

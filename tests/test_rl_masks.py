@@ -1,11 +1,11 @@
-"""Masked reductions, whitening and compress/scatter_back, checked by hand and on random masks."""
+"""Masked reductions and whitening, checked by hand and on random masks."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from r1trade.rl.masks import compress, masked_mean, masked_sum, masked_var, masked_whiten, scatter_back
+from r1trade.rl.masks import masked_mean, masked_sum, masked_var, masked_whiten
 
 NAN = float("nan")
 
@@ -91,32 +91,3 @@ def test_nan_and_inf_outside_the_mask_reach_neither_value_nor_gradient() -> None
     assert torch.isfinite(total)
     assert torch.isfinite(x.grad).all()
     assert x.grad[0, 1] == 0 and x.grad[0, 3] == 0
-
-
-def test_compress_by_hand() -> None:
-    x, mask = _x_and_mask()
-    rows = compress(x, mask)
-    assert len(rows) == 2
-    torch.testing.assert_close(rows[0], torch.tensor([1.0, 2.0, 3.0]))
-    torch.testing.assert_close(rows[1], torch.tensor([4.0]))
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_compress_scatter_back_roundtrip_on_random_masks(seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(5, 13, generator=generator)
-    mask = torch.rand(5, 13, generator=generator) < 0.5
-    mask[0] = False  # a row with nothing kept
-    rows = compress(x, mask)
-    assert [len(row) for row in rows] == mask.sum(1).tolist()
-    restored = scatter_back(rows, mask, fill=-1.0)
-    torch.testing.assert_close(restored, torch.where(mask, x, -1.0))
-    again = compress(restored, mask)
-    for before, after in zip(rows, again, strict=True):
-        torch.testing.assert_close(before, after)
-
-
-def test_scatter_back_rejects_wrong_lengths() -> None:
-    mask = torch.tensor([[1, 1, 0], [0, 0, 1]])
-    with pytest.raises(ValueError, match="row lengths"):
-        scatter_back([torch.tensor([1.0]), torch.tensor([2.0])], mask)

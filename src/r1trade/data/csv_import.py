@@ -171,15 +171,6 @@ def import_candle_csv(
     return CsvImport(candles=candles, layout=header.layout, description=f"{name}: {'; '.join(notes)}")
 
 
-def import_cryptodatadownload_csv(path: str | Path, *, timeframe: str = "1h") -> pd.DataFrame:
-    """Read a CryptoDataDownload export: a banner line, newest-first rows, dates like `2019-10-17 09-AM`.
-
-    Volume is taken from the base-asset column (`volume_btc`, or `Volume <BASE>`), as ccxt reports it. Other
-    layouts, and detecting them: `import_candle_csv`.
-    """
-    return import_candle_csv(path, fmt="cryptodatadownload", timeframe=timeframe).candles
-
-
 # --------------------------------------------------------------------------- layout detection
 
 

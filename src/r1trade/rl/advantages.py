@@ -92,7 +92,7 @@ def gae(
 
     `advantage_mask=True` (Agent-R1): the recursion runs over action tokens only, as if the other tokens
     were not there: a token's next value is the value of the next action token in its row, 0 after the
-    last one. This equals plain GAE on `compress(·, action_mask)` scattered back.
+    last one. This equals plain GAE on each row's action tokens alone, put back in their places.
     `advantage_mask=False` (the ablation): plain GAE over every token of `valid_mask` (the attention mask,
     required then), so observation tokens get advantages and their values bootstrap the action tokens
     before them; padding is skipped. Rewards on tokens outside the used mask are added to the closest used
@@ -150,25 +150,6 @@ def group_relative(
         spread = std[group]  # (N,)
         advantages = torch.where(spread > 0, advantages / (spread + eps), torch.zeros_like(advantages))
     return torch.where(std[group] > 0, advantages, torch.zeros_like(advantages))
-
-
-@torch.no_grad()
-def grpo_advantages(
-    scores: torch.Tensor,
-    group_ids: torch.Tensor,
-    action_mask: torch.Tensor,
-    eps: float = 1e-6,
-    scale_by_std: bool = True,
-) -> torch.Tensor:
-    """GRPO: each sample's outcome score against its group's, broadcast over its action tokens. -> (N, T).
-
-    A = (score - group mean) / (group std + eps), with the unbiased (n - 1) std, as `torch.std` and TRL's
-    GRPOTrainer use. `scale_by_std=False` gives score - group mean (Dr. GRPO). A group with no spread (one
-    sample, or all scores equal) gets exactly 0, even with `eps=0`. `group_ids` (N,) may be any integers;
-    equal ids form a group.
-    """
-    advantages = group_relative(scores, group_ids, "mean_std" if scale_by_std else "mean", eps=eps)  # (N,)
-    return zero_outside(advantages[:, None].expand(action_mask.shape), action_mask)
 
 
 @torch.no_grad()
@@ -296,7 +277,7 @@ def keep_top_groups_by_std(scores: torch.Tensor, group_ids: torch.Tensor, keep_f
     largest score std. -> bool (N,).
 
     Groups whose samples all score alike teach nothing under a group baseline; RAGEN keeps the top 25 %.
-    Ties go to the smaller group id. Std is the unbiased one, as in `grpo_advantages`.
+    Ties go to the smaller group id. Std is the unbiased one, as in `group_relative`.
     """
     if not 0 < keep_frac <= 1:
         raise ValueError(f"keep_frac must be in (0, 1], got {keep_frac}")

@@ -1,4 +1,4 @@
-"""Masked reductions and packing of (B, T) token tensors.
+"""Masked reductions and whitening of (B, T) token tensors.
 
 A mask is binary (bool, or a 0/1 float/int tensor; any non-zero entry counts as 1). Entries outside the
 mask are never read: they may hold anything, even NaN or inf (a padded log-prob, an injected token), and
@@ -56,24 +56,3 @@ def masked_whiten(
     if not shift_mean:
         whitened = whitened + mean
     return zero_outside(whitened, mask)
-
-
-def compress(x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-    """Per row, the mask-1 entries of `x` in order: B 1-D tensors of lengths `mask.sum(1)`.
-
-    Used to view a trajectory as its action tokens alone (Agent-R1 runs GAE on this view).
-    """
-    keep = mask.bool()  # (B, T)
-    return list(torch.split(x[keep], keep.sum(1).tolist()))
-
-
-def scatter_back(compressed: list[torch.Tensor], mask: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    """Inverse of `compress`: each row's values back at its mask-1 positions, `fill` elsewhere. -> (B, T)."""
-    keep = mask.bool()  # (B, T)
-    lengths = [len(row) for row in compressed]
-    if lengths != keep.sum(1).tolist():
-        raise ValueError(f"row lengths {lengths} do not match the mask's counts {keep.sum(1).tolist()}")
-    values = torch.cat(compressed)
-    out = torch.full(keep.shape, fill, dtype=values.dtype, device=values.device)  # (B, T)
-    out[keep] = values
-    return out

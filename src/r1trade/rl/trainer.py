@@ -30,7 +30,7 @@ import torch
 
 from r1trade.config import Config
 from r1trade.errors import TrainingInterrupted
-from r1trade.models.agent_models import AgentModels, reference_context
+from r1trade.models.agent_models import AgentModels, reference_context, trainable_parameters
 from r1trade.models.scoring import token_logprobs, token_outputs
 from r1trade.outputs import append_line
 from r1trade.rl.advantages import (
@@ -84,10 +84,10 @@ class Trainer:
         for module in (self.models.policy, self.models.critic, self.models.reference):
             if module is not None:
                 module.to(self.distributed.device)
-        groups = [{"params": [p for p in self.models.policy.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
+        trained = trainable_parameters(self.models)
+        groups = [{"params": trained["policy"], "lr": cfg.learning_rate}]
         if self.uses_critic:
-            critic_params = [p for p in self.models.critic.parameters() if p.requires_grad]
-            groups.append({"params": critic_params, "lr": cfg.critic_learning_rate})
+            groups.append({"params": trained["critic"], "lr": cfg.critic_learning_rate})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
         warmup = max(cfg.warmup_updates, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
