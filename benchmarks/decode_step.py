@@ -81,26 +81,27 @@ def hf_decoder(model: PreTrainedModel, *, compiled: bool) -> Decoder:
     return decode
 
 
-def engine_decoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Decoder:
-    """r1trade's rollout backend: one turn of every row, greedy; each one-column model call is a decoding step
-    (the turn's last token is sampled and not fed, so `new - 1` of them)."""
+def engine_decoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
+                   fixed_step: bool | None = None) -> Decoder:
+    """r1trade's rollout backend: one turn of every row, greedy (`fixed_step` as `TransformersBackend` takes it:
+    by default the fixed-shape step, captured as CUDA graphs, on CUDA). Its draws are clocked as `generate`'s
+    logits processor clocks it: the first follows the prefill, and each later one a decoding step."""
 
     def decode(ids: torch.Tensor, new: int) -> Decoded:
         sampling = SamplingConfig(max_new_tokens=new, greedy=True, compact_below=0.0)
-        backend = transformers_engine(model, tokenizer, sampling).backend
-        forward, clock = backend._forward, []
+        backend = transformers_engine(model, tokenizer, sampling, fixed_step=fixed_step).backend
+        sample, clock = backend._sample, []
 
-        def clocked(cache, new_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
-            if new_ids.shape[1] == 1:
-                clock.append(time.perf_counter())
-            return forward(cache, new_ids, attention)
+        def clocked(logits: torch.Tensor, generator: torch.Generator | None):
+            clock.append(time.perf_counter())
+            return sample(logits, generator)
 
-        backend._forward = clocked
+        backend._sample = clocked
         prompts = [Prompt(key=row, token_ids=ids[row].tolist(), fresh=True) for row in range(ids.shape[0])]
         with backend.session():
             turns = backend.generate(prompts, None)  # reads its tokens back: the device is done
         end = time.perf_counter()
-        return Decoded(sum(len(turn.token_ids) for turn in turns), len(clock), end - clock[0])
+        return Decoded(sum(len(turn.token_ids) for turn in turns), len(clock) - 1, end - clock[0])
 
     return decode
 
@@ -151,6 +152,7 @@ def main() -> None:
         "generate, eager, dynamic cache": hf_decoder(plain.policy, compiled=False),
         "generate, static cache, compiled": hf_decoder(plain.policy, compiled=True),
         "r1trade engine, fast paths off": engine_decoder(plain.policy, plain.tokenizer),
+        "r1trade engine, fixed-shape step": engine_decoder(plain.policy, plain.tokenizer, fixed_step=True),
         "r1trade engine, fast paths on": engine_decoder(fast.policy, fast.tokenizer),
     }
     for rows in args.rows:

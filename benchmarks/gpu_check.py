@@ -16,7 +16,8 @@ table for docs/benchmarks.md, headed by the GPU and the library versions:
 - peak GPU memory: `torch.cuda.max_memory_allocated` during the run, above what was allocated before it.
 
 Then a second table: a decoding step of each shape at 16, 64 and 256 rows (`DECODE_ROWS`), in ms and in tokens/s
-(rows over the step), by r1trade's engine and by transformers' `generate`, eager, on the same random prompts, as
+(rows over the step), by r1trade's engine (its fixed-shape step replayed as CUDA graphs, and the eager step of its
+growing cache) and by transformers' `generate`, eager, on the same random prompts, as
 `benchmarks/decode_step.py` measures them (`--decode-compiled` adds `generate` with a static cache and its step
 compiled, CUDA graphs included, once per shape and row count: 6-90 s each on a 2-core CPU).
 
@@ -335,7 +336,9 @@ def measure_decoding(model: str, rows: Sequence[int], *, compiled: bool, device:
     except Exception as exc:  # noqa: BLE001 - one shape that fails must not cost the others
         traceback.print_exc()
         return [DecodeMeasurement(model, count, {}, failure=first_line(exc)) for count in rows]
-    decoders = {"r1trade": engine_decoder(policy, models.tokenizer), "generate": hf_decoder(policy, compiled=False)}
+    decoders = {"r1trade": engine_decoder(policy, models.tokenizer),
+                "r1trade, eager step": engine_decoder(policy, models.tokenizer, fixed_step=False),
+                "generate": hf_decoder(policy, compiled=False)}
     if compiled:
         decoders["generate, compiled"] = hf_decoder(policy, compiled=True)
     measurements = []
@@ -387,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(markdown_table(measurements, header=machine_header(), settings=settings_line(args.updates)))
     print()
-    decoders = ["r1trade", "generate"] + (["generate, compiled"] if args.decode_compiled else [])
+    decoders = ["r1trade", "r1trade, eager step", "generate"]
+    decoders += ["generate, compiled"] if args.decode_compiled else []
     print(decode_table(decoding, decoders))
     print(f"\ngpu-check: {'tests passed' if tests == 0 else f'tests failed (pytest exit {tests})'}, "
           f"{sum(m.failure is None for m in measurements)} of {len(measurements)} runs measured, "

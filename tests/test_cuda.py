@@ -92,3 +92,29 @@ def test_the_gpu_gives_the_cpus_log_probs() -> None:
     scored = cpu[0] != 0
     assert scored.any()
     assert (bf16[0].cpu() - cpu[0])[scored].abs().max() < 0.05  # bfloat16 base weights: close, not equal
+
+
+
+def test_the_decoding_step_is_captured_as_cuda_graphs_and_gives_the_eager_steps_turns() -> None:
+    """By default on CUDA the steps run in fixed-shape workspaces replayed as graphs: captured once per bucket,
+    kept across rollouts, and giving the growing cache's eager turns token for token."""
+    models = load_agent_models(tiny_config(dtype="float32"), seed=0)
+    policy = models.policy.to("cuda")
+    sampling = SamplingConfig(max_new_tokens=16, greedy=True)
+    captured_engine = transformers_engine(policy, models.tokenizer, sampling)
+    eager_engine = transformers_engine(policy, models.tokenizer, sampling, fixed_step=False)
+
+    def play(engine) -> list:
+        return engine.run([ScriptedEnv(turns=3, reset_every=2) for _ in range(5)], seeds=list(range(5)))
+
+    captured = play(captured_engine)
+    graphs = {key: space.graph for key, space in captured_engine.backend.workspaces._spaces.items()}
+    assert graphs and all(graph is not None for graph in graphs.values())
+    again, eager = play(captured_engine), play(eager_engine)
+    kept = captured_engine.backend.workspaces._spaces
+    assert all(kept[key].graph is graph for key, graph in graphs.items() if key in kept)  # replayed, not captured
+    for a, b, c in zip(captured, again, eager, strict=True):
+        tokens = [s.token_ids for s in a.segments]
+        assert tokens == [s.token_ids for s in b.segments] == [s.token_ids for s in c.segments]
+        for x, y in zip(a.segments, c.segments, strict=True):
+            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)

@@ -454,6 +454,10 @@ class RolloutConfig(Section):
         0.5, ge=0, le=1, description="decode only the rows still in their turn once they are at most this share of "
         "the rows (copied apart, so a step stops paying for finished rows; the draws are the same); 0: never"
     )
+    cuda_graphs: bool = Field(
+        True, description="on a CUDA device, decode in fixed-shape buffers and replay each step as a CUDA graph "
+        "captured once per bucket of rows and cache columns; no effect on a CPU"
+    )
 
 
 

@@ -64,6 +64,8 @@ class SamplingConfig:
     greedy: bool = False
     compact_below: float = 0.5
     """Decode only the rows still in their turn once they are at most this share of the rows (0: never)."""
+    cuda_graphs: bool = True
+    """On a CUDA device, replay each decoding step as a captured graph (`r1trade.rollout.static_step`)."""
 
 
 def sampling_from_config(rollout_config: Any, *, greedy: bool = False) -> SamplingConfig:
@@ -74,6 +76,7 @@ def sampling_from_config(rollout_config: Any, *, greedy: bool = False) -> Sampli
         top_p=rollout_config.top_p,
         greedy=greedy,
         compact_below=rollout_config.compact_below,
+        cuda_graphs=rollout_config.cuda_graphs,
     )
 
 

@@ -12,12 +12,18 @@ from r1trade.rollout.transformers_backend import TransformersBackend
 
 
 def transformers_engine(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sampling: SamplingConfig, *, reuse_cache: bool = True
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sampling: SamplingConfig,
+    *,
+    reuse_cache: bool = True,
+    fixed_step: bool | None = None,
 ) -> RolloutEngine:
     """A `RolloutEngine` sampling from `model`. `reuse_cache=False` re-encodes each row's whole context every turn
-    (the slow baseline, for benchmarks)."""
+    (the slow baseline, for benchmarks); `fixed_step` as `TransformersBackend` takes it."""
     chat = ChatTokens(tokenizer)
     backend = TransformersBackend(
-        model, tokenizer, sampling, stop_ids=chat.stop_ids, stop_text=STOP_TEXT, reuse_cache=reuse_cache
+        model, tokenizer, sampling, stop_ids=chat.stop_ids, stop_text=STOP_TEXT, reuse_cache=reuse_cache,
+        fixed_step=fixed_step,
     )
     return RolloutEngine(backend, tokenizer)

@@ -30,6 +30,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from r1trade.models.prefix import cache_keyword
 from r1trade.rollout.backend import Generation, Prompt, SamplingConfig, pad_token_id
+from r1trade.rollout.static_step import StepWorkspaces
 from r1trade.rollout.stops import StopMatcher
 
 if TYPE_CHECKING:
@@ -294,9 +295,7 @@ class _StepRows:
         rows not run keep their last logits (their draws are not used)."""
         if self.members is not None:
             token, stopped = token[self.members], stopped[self.members]
-        self.attention[:, self.width + self.fed] = (~stopped).long()
-        feed = torch.where(stopped, pad_id, token)[:, None]  # (r, 1)
-        out = run(self.work, feed, self.attention[:, : self.width + self.fed + 1])
+        out = self._step(run, token, stopped, pad_id)
         self.fed += 1
         if self.members is None:
             return out
@@ -304,9 +303,40 @@ class _StepRows:
         logits[self.members] = out
         return logits
 
+    def _step(self, run, token: torch.Tensor, stopped: torch.Tensor, pad_id: int) -> torch.Tensor:
+        self.attention[:, self.width + self.fed] = (~stopped).long()
+        feed = torch.where(stopped, pad_id, token)[:, None]  # (r, 1)
+        return run(self.work, feed, self.attention[:, : self.width + self.fed + 1])
+
     def finish(self) -> None:
         """Leave the turn's cache holding every row's columns."""
         self._close()
+
+
+class _FixedStepRows(_StepRows):
+    """`_StepRows` whose steps run in a `StepWorkspace` (`r1trade.rollout.static_step`), a graph replay each on
+    CUDA: the rows' cache is copied in when they start, and the columns the steps added go back when they stop."""
+
+    def __init__(self, cache: _BatchCache, room: int, workspaces: StepWorkspaces) -> None:
+        self.workspaces = workspaces
+        super().__init__(cache, room)
+
+    def _begin(self, room: int) -> None:
+        self.width, self.fed = self.work.attention.shape[1], 0
+        layers = [(layer.keys, layer.values) for layer in self.work.kv.layers]
+        self.space = self.workspaces.get(layers, rows=self.count, columns=self.width + room)
+        self.space.load(layers, self.work.attention, self.work.next_position)
+
+    def _close(self) -> None:
+        layers, attention, self.work.next_position = self.space.added()
+        for layer, (keys, values) in zip(self.work.kv.layers, layers, strict=True):
+            layer.update(keys, values)
+        self.work.attention = torch.cat([self.work.attention, attention], dim=1)
+        if self.members is not None:
+            self.cache.take_back(self.work, self.members)
+
+    def _step(self, run, token: torch.Tensor, stopped: torch.Tensor, pad_id: int) -> torch.Tensor:
+        return self.space.step(token, ~stopped)
 
 
 # --------------------------------------------------------------------------- the backend
@@ -326,9 +356,12 @@ class TransformersBackend:
         stop_ids: set[int],
         stop_text: str,
         reuse_cache: bool = True,
+        fixed_step: bool | None = None,
     ) -> None:
         """A turn stops at a token in `stop_ids` or once its text contains `stop_text`. `reuse_cache=False`
-        re-encodes each row's whole context every turn (the slow baseline, for benchmarks)."""
+        re-encodes each row's whole context every turn (the slow baseline, for benchmarks). `fixed_step` runs the
+        decoding steps in fixed-shape workspaces (`r1trade.rollout.static_step`), captured as CUDA graphs on a
+        GPU; by default it does so on CUDA where `sampling.cuda_graphs` asks for it."""
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling
@@ -350,6 +383,12 @@ class TransformersBackend:
         alone imports them): this model's linear layers then pack their weights for the rollout, and its attention
         may hold a shared prefix once."""
         self.shared_prefix = reuse_cache and self.cpu is not None and self.cpu.shares_prefix(model)
+        if fixed_step is None:
+            fixed_step = self.device.type == "cuda" and sampling.cuda_graphs
+        if fixed_step and self.shared_prefix:
+            raise ValueError("the fixed-shape decoding step runs the model's own attention, not the CPU fast paths'")
+        self.workspaces = StepWorkspaces(model, pad_id=self.pad_id, cache_keyword=self.cache_keyword,
+                                         capture=self.device.type == "cuda") if fixed_step else None
         self._cache: _BatchCache | None = None
         self._prefix: _Prefix | None = None
         self._keys: list[int] = []  # the conversation of each cache row
@@ -363,6 +402,8 @@ class TransformersBackend:
             self.model.eval()
             try:
                 with self.cpu.packed_weights(self.model) if self.cpu is not None else nullcontext():
+                    if self.workspaces is not None:
+                        self.workspaces.check_weights()
                     self._cache, self._prefix, self._keys, self._fed = None, None, [], {}
                     yield
             finally:
@@ -484,7 +525,10 @@ class TransformersBackend:
         lengths = torch.zeros(rows, dtype=torch.long, device=self.device)  # (R,)
         stopped = torch.zeros(rows, dtype=torch.bool, device=self.device)  # (R,)
         matched = torch.zeros(rows, dtype=torch.long, device=self.device)  # (R,) progress through the stop text
-        step_rows = _StepRows(cache, limit)
+        if self.workspaces is None:
+            step_rows = _StepRows(cache, limit)
+        else:
+            step_rows = _FixedStepRows(cache, limit, self.workspaces)
         for step in range(limit):
             token, token_logprob = self._sample(logits, generator)  # (R,), (R,)
             live = ~stopped
