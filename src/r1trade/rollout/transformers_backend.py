@@ -7,7 +7,8 @@ per row, and a finished conversation's row is dropped from the cache. A fresh co
 history) restarts its row with positions counted from zero: the row's old columns are dropped and it starts again
 from the prefix every context shares (the system prompt, prefilled once per batch), so only the rest of the fresh
 context is prefilled. Columns no row attends to any more (old contexts, padding, steps of rows that had stopped)
-are squeezed out between turns.
+are squeezed out between turns. On CUDA a turn's decoding steps run in fixed-shape buffers instead, replayed as
+CUDA graphs (`r1trade.rollout.static_step`), its columns copied in at the turn's start and back at its end.
 
 Sharing a prefix: a rollout's rows start with the same tokens, so they are run once and their keys and values
 copied into every row; with the CPU fast paths' rollout attention (`r1trade.cpu.attention`) they are held once for
