@@ -96,8 +96,8 @@ class StepWorkspace:
         self.column = torch.zeros(1, dtype=torch.long, device=device)  # where the step writes
         self.attends = torch.zeros(rows, columns, dtype=torch.bool, device=device)  # (R, C)
         self.kv = Cache(layers=[
-            _FixedLayer(k.new_zeros(rows, *k.shape[1:2], columns, k.shape[-1]),
-                        v.new_zeros(rows, *v.shape[1:2], columns, v.shape[-1]), self.column)
+            _FixedLayer(k.new_zeros(rows, k.shape[1], columns, k.shape[-1]),
+                        v.new_zeros(rows, v.shape[1], columns, v.shape[-1]), self.column)
             for k, v in like
         ])
         self.graph: torch.cuda.CUDAGraph | None = None
