@@ -93,9 +93,10 @@ def test_a_workspace_writes_one_column_a_step_and_hands_back_what_the_steps_adde
     assert not space.attends[3, 1:].any()  # the padding row attends to its one column only
 
 
-def test_workspaces_are_reused_kept_two_at_a_time_and_dropped_when_the_weights_move(plain_agent):
+def test_workspaces_are_reused_the_last_used_kept_and_all_dropped_when_the_weights_move(plain_agent):
     model, _ = plain_agent
     pool = StepWorkspaces(model, pad_id=0, cache_keyword=cache_keyword(model), capture=False)
+    pool.KEPT = 2
     layers = [(torch.zeros(1, 1, 4, 8), torch.zeros(1, 1, 4, 8))]
     pool.check_weights()
     first = pool.get(layers, rows=3, columns=100)

@@ -9,7 +9,7 @@ and the tokens, the column to write and the rows' positions as tensors the graph
 attends to are masked out, so the step computes what the growing cache's step does. A turn copies its rows' cache
 in (`load`) and the columns its steps added back out (`added`).
 
-The workspaces are kept for the backend's life (`StepWorkspaces`): the graphs read the weights where they are, and
+The workspaces are kept for the backend's life (`StepWorkspaces`, the `KEPT` last used): the graphs read the weights where they are, and
 an optimiser updates them in place, so a graph stays valid across updates; weights moved elsewhere drop them all.
 Without capture (a CPU, or a capture that failed) the same step runs eagerly, which the tests check on the CPU.
 """
@@ -181,8 +181,10 @@ class StepWorkspace:
 class StepWorkspaces:
     """The workspaces of one model's rollouts, by (rows, columns) bucket, the `KEPT` last used of them."""
 
-    KEPT = 2
-    """Workspaces held at once (each holds a whole cache of keys and values, and a graph's memory)."""
+    KEPT = 8
+    """Workspaces held at once, each with a whole cache of keys and values and a graph's memory. A rollout uses
+    several: its contexts grow turn by turn (wider buckets), and the rows still in their turn are set apart
+    (`rollout.compact_below`) into smaller ones; fewer than those would capture graphs again every turn."""
 
     def __init__(self, model: nn.Module, *, pad_id: int, cache_keyword: str, capture: bool) -> None:
         self.model, self.pad_id, self.cache_keyword, self.capture = model, pad_id, cache_keyword, capture
