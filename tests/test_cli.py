@@ -1,5 +1,6 @@
 """The command line as a user meets it: exit codes and one-line errors."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -96,12 +97,13 @@ def test_fetch_data_through_the_cli_with_a_fake_exchange(capsys, tmp_path: Path,
     fake = FakeExchange(synthetic_rows(30, missing={7}), cap=8)
     monkeypatch.setattr("r1trade.data.fetch.make_exchange", lambda exchange_id, **_: fake)
     args = ["fetch-data", "--exchange", "fakex", "--symbol", "BTC/USDT", "--timeframe", "1h",
-            "--since", "2024-01-01", "--until", "2024-01-02", "--out", str(tmp_path)]
+            "--since", "2024-01-01", "--until", "2024-01-02", "--out", str(tmp_path / "a[/b]")]
     code, out, err = run(capsys, *args)
     assert code == 0, err
     assert "gaps" in out and "1 (largest 1 bars" in out
-    stored = list(tmp_path.glob("*.parquet"))
+    stored = list((tmp_path / "a[" / "b]").glob("*.parquet"))
     assert len(stored) == 1
+    assert "".join(f"new to {stored[0]}".split()) in "".join(out.split())  # a name that reads as Rich markup
     code, out, _ = run(capsys, *args)  # resumable: nothing new to add
     assert code == 0 and "added 0 new" in out
 
@@ -119,3 +121,20 @@ def test_unreachable_exchange_is_one_line_exit_1(capsys, monkeypatch):
     monkeypatch.setattr("r1trade.data.fetch.make_exchange", broken)
     code, _, err = run(capsys, "fetch-data", "--exchange", "binance", "--max-retries", "0")
     assert code == 1 and "cannot reach" in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_bracket_of_a_command_s_help_is_printed(capsys):
+    """Help is rendered as Rich markup, where `[word]` is a style tag and vanishes: units such as `[%]` must
+    survive, and no help text may hold a bracket that Rich would eat."""
+    from typer.main import get_command
+
+    from r1trade.cli.app import app
+
+    commands = get_command(app).commands
+    assert len(commands) > 20
+    for name, command in commands.items():
+        code, out, _ = run(capsys, name, "--help")
+        printed = re.sub(r"[\s│]", "", out)
+        for text in [command.help or "", *(getattr(param, "help", None) or "" for param in command.params)]:
+            for bracket in re.findall(r"\[[^\]\n]*\]", text):
+                assert code == 0 and re.sub(r"\s", "", bracket) in printed, (name, bracket)

@@ -188,10 +188,12 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
 
 def test_the_command_writes_the_ladder(tmp_path: Path, capsys) -> None:
     report, checkpoint = _fixture(tmp_path)
-    ladder = tmp_path / "ladder.json"
+    ladder = tmp_path / "a[/b]" / "ladder.json"  # a folder name that reads as Rich markup is printed as it is
+    ladder.parent.mkdir(parents=True)
     args = ["ladder-record", "--report", str(report), "--checkpoint", str(checkpoint), "--level", "planted_edge",
             "--variant", "rloo", "--command", "r1trade backtest", "--model", "m", "--ladder", str(ladder)]
     assert main([*args, "--seed", "2"]) == 0, capsys.readouterr().err
+    assert "".join(f"{ladder}: 1 records".split()) in "".join(capsys.readouterr().out.split())
     (record,) = json.loads(ladder.read_text())
     assert record["direction_accuracy"] == 0.7875 and record["updates"] == 3 and record["seed"] == 2
 

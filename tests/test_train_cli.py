@@ -11,9 +11,12 @@ FAST = ["--set", "env.episode_decisions=2", "--set", "rollout.max_new_tokens=12"
 
 
 def test_train_resume_and_show_rollout(capsys, tmp_path: Path):
-    out_dir = ["--set", f"output_dir={tmp_path}"]
+    runs = tmp_path / "a[/b]"  # a folder whose name reads as Rich markup is printed as it is
+    out_dir = ["--set", f"output_dir={runs}"]
     assert main(["train", "--config", "smoke", *FAST, *out_dir]) == 0
-    run_dir = tmp_path / "smoke"
+    run_dir = runs / "smoke"
+    final = f"final checkpoint: {run_dir / 'checkpoints' / 'step-2'}"
+    assert "".join(final.split()) in "".join(capsys.readouterr().out.split())  # Rich wraps long lines
     assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "metrics.jsonl", "splits.json", "checkpoints"}
     assert (run_dir / "checkpoints" / "step-2" / "policy").is_dir()
     splits = json.loads((run_dir / "splits.json").read_text())

@@ -119,13 +119,16 @@ def test_warmstart_cli_writes_a_model_that_loads(capsys, tmp_path: Path, monkeyp
     if lora_auto:  # bfloat16 hardware and LoRA: the warm start still loads and saves float32 weights
         monkeypatch.setattr(loading, "native_bfloat16", lambda model_config: True)
         extra = ["--set", "model.lora.enabled=true", "--set", "model.dtype=auto", "--set", "warmstart.draw=1"]
-    code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={tmp_path}", "--set", "rollout.max_new_tokens=128",
+    runs = tmp_path / "a[/b]"  # a folder whose name reads as Rich markup is printed as it is
+    code = main(["warmstart", "--config", "smoke", "--set", f"output_dir={runs}",
+                 "--set", "rollout.max_new_tokens=128",
                  "--set", "warmstart.max_steps=2", "--set", "warmstart.episodes=1", "--set", "env.episode_decisions=2",
                  *extra])
     assert code == 0
-    model_dir = tmp_path / "smoke-warmstart" / "model"
+    model_dir = runs / "smoke-warmstart" / "model"
+    assert "".join(f"warm-started model: {model_dir}".split()) in "".join(capsys.readouterr().out.split())
     assert json.loads((model_dir / "config.json").read_text())["dtype"] == "float32"
-    log = json.loads((tmp_path / "smoke-warmstart" / "warmstart.json").read_text())
+    log = json.loads((runs / "smoke-warmstart" / "warmstart.json").read_text())
     assert log["examples"] == 1 and log["log"]  # one two-decision episode
     assert log["seed"] == (warm_start_seed(0, 1) if lora_auto else 0)  # the draw seeds the demonstrations and SFT
     models = load_agent_models(ModelConfig(name_or_path=str(model_dir), lora={"enabled": False}), seed=0)

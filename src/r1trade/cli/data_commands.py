@@ -197,7 +197,8 @@ def fetch_data(
             client, symbol=symbol, timeframe=timeframe, since=start, until=stop, path=path,
             progress=update, max_retries=max_retries,
         )
-    console.print(f"fetched {result.rows_fetched} candles, added {result.rows_added} new to {result.path}")
+    console.print(f"fetched {result.rows_fetched} candles, added {result.rows_added} new to {result.path}",
+                  markup=False, highlight=False, soft_wrap=True)
     from r1trade.data.store import load_candles
 
     console.print(render_report(result.path, load_candles(result.path).attrs, result.report))

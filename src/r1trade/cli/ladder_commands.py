@@ -58,7 +58,7 @@ def ladder_record_command(
                            agent=agent, warmstart=warmstart, seed=seed)  # type: ignore[arg-type]
     records = add_record(ladder, record)
     console.print_json(json.dumps(record))
-    console.print(f"{ladder}: {len(records)} records")
+    console.print(f"{ladder}: {len(records)} records", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("ladder-summary")
@@ -67,8 +67,8 @@ def ladder_summary_command(
     prefix: Annotated[str, typer.Option(help="only variants whose name starts with this")] = "",
     ladder: Annotated[Path, typer.Option(help="the ladder file")] = LADDER,
 ) -> None:
-    """Each variant's held-out figures over its seeds, mean ± standard deviation [range], as a Markdown table (the
-    ablation tables of docs/results.md)."""
+    """Each variant's held-out figures over its seeds, mean ± standard deviation and range, as a Markdown
+    table (the ablation tables of docs/results.md)."""
     from r1trade.eval.ladder import read_ladder, summarise, summary_fields
 
     check_level(level)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from r1trade.cli.app import ConfigOption, SetOption, app, console, print_wrote, resolve_config
@@ -83,8 +84,9 @@ def warmstart(
 
         tools = tool_schemas(resolved)
     model_dir = run_warmstart(resolved, run_dir, tools=tools, console=console)
-    console.print(f"warm-started model: [bold]{model_dir}[/bold]")
-    console.print(f"train from it with: r1trade train --config ... --set model.name_or_path={model_dir}")
+    console.print(f"warm-started model: [bold]{escape(str(model_dir))}[/bold]")
+    console.print(f"train from it with: r1trade train --config ... --set model.name_or_path={model_dir}",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("action-stats")
@@ -167,9 +169,10 @@ def train(
         again = f"r1trade train --resume {run_dir}" if stop.checkpoint is not None else "the same command"
         raise stop.continued_by(again) from None
     if resolved.train.walk_forward is None:
-        console.print(f"final checkpoint: [bold]{checkpoint}[/bold]")
+        console.print(f"final checkpoint: [bold]{escape(str(checkpoint))}[/bold]")
     else:
-        console.print(f"fold agents: [bold]{run_dir}[/bold] (r1trade backtest --checkpoint {run_dir})")
+        shown = escape(str(run_dir))
+        console.print(f"fold agents: [bold]{shown}[/bold] (r1trade backtest --checkpoint {shown})")
 
 
 @app.command("plot-run")
