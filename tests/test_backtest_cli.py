@@ -1,6 +1,8 @@
 """`r1trade backtest` end to end on the shipped sample: report files, a hand-checked buy-and-hold, errors."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +109,15 @@ def test_all_baselines_into_the_default_report_dir(capsys, tmp_path: Path, monke
     assert list(equity.columns) == DEFAULT_STRATEGIES
     assert set(pd.read_csv(report / "trades.csv")["strategy"]) == set(DEFAULT_STRATEGIES)
     assert "random: seeds 0–1" in out
+
+
+def test_a_backtest_of_rules_alone_imports_no_model_library(tmp_path: Path) -> None:
+    """torch, transformers and peft take seconds to import and a rule needs none of them."""
+    args = ["backtest", "--config", "smoke", "--strategy", "buy_and_hold", "--out", str(tmp_path)]
+    script = (f"import sys; from r1trade.cli import main; code = main({args!r}); "
+              "print(code, sorted({'torch', 'transformers', 'peft'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.splitlines()[-1] == "0 []", done.stderr[-2000:]
 
 
 def test_data_and_split_flags(capsys, tmp_path: Path) -> None:

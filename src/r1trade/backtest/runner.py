@@ -246,11 +246,9 @@ def model_players(
     The agent's policy comes from the checkpoint (`load_trained_agent`: a missing or incomplete checkpoint, or
     one whose config does not match its weights, is a one-line UsageError); everything the env does (costs,
     cadence, tools, decoding length) comes from `config`. A model run's trades carry the `reasoning` text of
-    the turn that opened them; its extra rows hold the valid-tool-call rate and the action mix.
+    the turn that opened them; its extra rows hold the valid-tool-call rate and the action mix. Models are
+    imported where one is loaded, so that a backtest of rules alone starts without torch.
     """
-    from r1trade.models.loading import load_agent_models
-    from r1trade.rl.checkpoint import load_trained_agent
-
     if checkpoint is not None and not checkpoint.is_dir():
         raise UsageError(
             f"checkpoint not found: '{checkpoint}' (agent backtests need a trained checkpoint from "
@@ -258,6 +256,8 @@ def model_players(
         )
 
     def agent(fold: int) -> LoadedModel:
+        from r1trade.rl.checkpoint import load_trained_agent
+
         played = checkpoint if fold_agents is None else fold_agents.checkpoints[fold - 1]
         assert played is not None
         trained, loaded = load_trained_agent(played)
@@ -265,6 +265,8 @@ def model_players(
 
     def untrained(name: str | None, what: str) -> Callable[[int], LoadedModel]:
         def load(fold: int) -> LoadedModel:
+            from r1trade.models.loading import load_agent_models
+
             model = load_config(checkpoint / "config.yaml").model if checkpoint is not None else config.model
             model = model if name is None else model.model_copy(update={"name_or_path": name})
             return LoadedModel(load_agent_models(model, seed=config.seed), f"{what}: {model.name_or_path}")
