@@ -138,3 +138,14 @@ def test_every_bracket_of_a_command_s_help_is_printed(capsys):
         for text in [command.help or "", *(getattr(param, "help", None) or "" for param in command.params)]:
             for bracket in re.findall(r"\[[^\]\n]*\]", text):
                 assert code == 0 and re.sub(r"\s", "", bracket) in printed, (name, bracket)
+
+
+def test_each_paragraph_of_a_command_s_help_wraps_at_the_terminal(capsys, monkeypatch):
+    """The docstring's line breaks are not kept: at 80 columns `paper --help` wraps its second paragraph evenly."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, "paper", "--help")
+    assert code == 0
+    lines = [line.strip() for line in out.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("No real order is ever sent"))
+    paragraph = lines[start: lines.index("", start)]
+    assert len(paragraph) == 3 and all(len(line) > 60 for line in paragraph[:-1]), paragraph

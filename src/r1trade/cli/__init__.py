@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import click
@@ -16,6 +17,17 @@ from r1trade.errors import R1TradeError, TrainingInterrupted
 from r1trade.cli import data_commands, train_commands, ladder_commands  # noqa: F401
 from r1trade.cli import backtest_commands, seeds_commands, paper_commands  # noqa: F401
 # isort: on
+
+
+def _flow_help_paragraphs() -> None:
+    """Typer keeps the line breaks of a command's docstring after its first paragraph, which leaves ragged help
+    on a narrow terminal; each paragraph on one line wraps at the terminal's width."""
+    for command in app.registered_commands:
+        text = inspect.getdoc(command.callback) if command.help is None else command.help
+        command.help = "\n\n".join(" ".join(paragraph.split()) for paragraph in (text or "").split("\n\n"))
+
+
+_flow_help_paragraphs()
 
 CLICK_ERRORS = (click.ClickException, *([typer.TyperException] if hasattr(typer, "TyperException") else []))
 """Usage errors from click, and from the copy of click that newer typer releases carry."""
