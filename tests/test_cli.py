@@ -1,6 +1,8 @@
 """The command line as a user meets it: exit codes and one-line errors."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,20 @@ def test_each_paragraph_of_a_command_s_help_wraps_at_the_terminal(capsys, monkey
     start = next(i for i, line in enumerate(lines) if line.startswith("No real order is ever sent"))
     paragraph = lines[start: lines.index("", start)]
     assert len(paragraph) == 3 and all(len(line) > 60 for line in paragraph[:-1]), paragraph
+
+
+def test_bad_input_is_refused_before_torch_is_imported(tmp_path: Path):
+    """Refusing a bad option takes a second, not the seconds torch, transformers and peft take to import."""
+    refused = [
+        ["train", "--resume", str(tmp_path)],
+        ["train", "--config", "smoke", "--set", "bogus=1"],
+        ["warmstart", "--config", "smoke", "--set", "bogus=1"],
+        ["select-step", str(tmp_path)],
+        ["seeds", "--config", "smoke", "--seeds", "x", "--out", str(tmp_path / "seeds")],
+        ["backtest", "--checkpoint", str(tmp_path / "nowhere")],
+    ]
+    script = (f"import sys; from r1trade.cli import main; codes = [main(args) for args in {refused!r}]; "
+              "print(codes, sorted({'torch', 'transformers', 'peft'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.splitlines()[-1] == f"{[2] * len(refused)} []", done.stderr[-2000:]
+    assert len(done.stderr.splitlines()) == len(refused)  # one line each

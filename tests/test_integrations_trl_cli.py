@@ -12,7 +12,8 @@ from trl_fixtures import SHORT_EPISODES, TRL, run_r1trade
 
 from r1trade.integrations.trl import tool_schemas
 from r1trade.models.baked_tools import baked_tools
-from r1trade.rl.checkpoint import list_checkpoints, load_trained_agent
+from r1trade.rl.checkpoint import load_trained_agent
+from r1trade.rl.checkpoint_paths import list_checkpoints
 
 
 def _sets(settings: list[str]) -> list[str]:

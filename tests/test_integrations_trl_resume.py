@@ -23,7 +23,8 @@ from r1trade.errors import TrainingInterrupted
 from r1trade.integrations.trl import window_rows
 from r1trade.integrations.trl.engine import TRLTrainer
 from r1trade.integrations.trl.run_log import RunLog
-from r1trade.rl.checkpoint import OPTIMIZER_STEM, list_checkpoints
+from r1trade.rl.checkpoint import OPTIMIZER_STEM
+from r1trade.rl.checkpoint_paths import list_checkpoints
 from r1trade.rl.state_files import load_state
 from r1trade.safe_load import read_tensors
 from r1trade.train import train_run

@@ -366,3 +366,18 @@ def test_a_killed_runs_journal_in_a_read_only_folder_reports_what_its_log_holds(
     notes = json.loads((out / "report" / "metrics.json").read_text())["notes"]["paper agent"]
     assert "0 gap, 0 late, 0 revised, 1 retry" in notes  # the retry committed to the log only
     assert files(folder) == before
+
+
+def test_a_refused_paper_run_imports_no_model_library(tmp_path: Path) -> None:
+    """Bad input is refused before the model loads, and before torch, transformers and peft are imported."""
+    checkpoint = tmp_path / "step-1"
+    load_config("smoke").save(checkpoint)  # its config alone: the refusal reads nothing else
+    candles = save_candles(make_synthetic_candles(200), tmp_path / "candles.parquet")
+    args = ["paper", "--checkpoint", str(checkpoint), "--journal", str(tmp_path / "paper.sqlite"),
+            "--replay", str(candles), "--decision-every", "7"]
+    script = (f"import sys; from r1trade.cli import main; code = main({args!r}); "
+              "print(code, sorted({'torch', 'transformers', 'peft'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.splitlines()[-1] == "2 []", done.stderr[-2000:]
+    assert "was trained to decide every 4 bars, not 7" in done.stderr
+    assert not (tmp_path / "paper.sqlite").exists()

@@ -11,7 +11,7 @@ import torch
 
 from r1trade.config import Config, load_config
 from r1trade.models.loading import load_agent_models
-from r1trade.rl.checkpoint import latest_checkpoint
+from r1trade.rl.checkpoint_paths import latest_checkpoint
 from r1trade.rl.trainer import Trainer, TrainingInterrupted
 
 VOWELS = set("aeiouAEIOU")

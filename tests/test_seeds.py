@@ -19,7 +19,7 @@ from r1trade.cli import main
 from r1trade.config import load_config
 from r1trade.errors import ConfigError, UsageError
 from r1trade.eval.seed_spread import SeedSpread, interquartile_mean, seed_spread, spread_by_figure
-from r1trade.rl.checkpoint import STATE_FILE
+from r1trade.rl.checkpoint_paths import STATE_FILE
 from r1trade.rl.trainer import Trainer
 from r1trade.seeds import (
     FIGURES,

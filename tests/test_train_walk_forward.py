@@ -23,7 +23,7 @@ from r1trade.data.splits import Fold, expanding_folds, fold_split, make_splits, 
 from r1trade.data.store import load_clean_candles
 from r1trade.errors import ConfigError, UsageError
 from r1trade.outputs import fold_run_dir
-from r1trade.rl.checkpoint import STATE_FILE
+from r1trade.rl.checkpoint_paths import STATE_FILE
 from r1trade.train import fold_configs, train_run
 
 AGENT = "agent (per fold)"

@@ -58,10 +58,8 @@ from r1trade.errors import R1TradeError, UsageError
 from r1trade.eval.ladder import AGENT_PREFIX, SIGNAL_ROW, Level, add_record, ladder_record
 from r1trade.eval.seed_spread import SeedSpread, spread_by_figure
 from r1trade.outputs import locked_run_folder, write_file
-from r1trade.rl.checkpoint import list_checkpoints
+from r1trade.rl.checkpoint_paths import list_checkpoints
 from r1trade.safe_load import read_json_object
-from r1trade.train import train_run
-from r1trade.warmstart import warmstart
 
 MAX_SEEDS = 100
 WARMSTART_DIR, RUN_DIR, TEST_DIR = "warmstart", "run", "test"
@@ -412,6 +410,8 @@ def _run_candidate(
     if ran or done < updates:
         resume = not ran and done > 0
         _say(console, seed, f"training resumed from step-{done}" if resume else "training")
+        from r1trade.train import train_run  # torch and the models: only where a seed trains
+
         train_run(trained, run_dir, resume=resume, force=not resume, console=console)
         ran = True
     else:
@@ -542,6 +542,8 @@ def _warm_start(config: Config, warm_dir: Path, console: Console) -> None:
 
         tools = tool_schemas(config)
     config.save(warm_dir)
+    from r1trade.warmstart import warmstart  # torch and the models: only where a seed warm-starts
+
     warmstart(config, warm_dir, tools=tools, console=console)
 
 

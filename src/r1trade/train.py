@@ -26,7 +26,8 @@ from r1trade.env.trading_env import make_envs
 from r1trade.errors import ConfigError, UsageError
 from r1trade.models.loading import load_agent_models
 from r1trade.outputs import clear_run_folder, fold_run_dir, has_run, locked_run_folder, write_file
-from r1trade.rl.checkpoint import latest_checkpoint, list_checkpoints, seed_random_states
+from r1trade.rl.checkpoint import seed_random_states
+from r1trade.rl.checkpoint_paths import latest_checkpoint, list_checkpoints
 from r1trade.rl.trainer import Trainer
 
 

@@ -15,6 +15,7 @@ from r1trade.data.source import load_config_candles
 from r1trade.data.splits import describe_fold_split, fold_split, walk_forward_folds
 from r1trade.errors import UsageError
 from r1trade.outputs import fold_run_dir
+from r1trade.rl.checkpoint_paths import list_checkpoints
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,6 @@ def is_walk_forward_run(path: Path) -> bool:
 def load_walk_forward_run(run_dir: Path, *, step: int | None = None) -> WalkForwardRun:
     """The run in `run_dir` with each fold's last checkpoint, or its `step-N` for `step` N; a missing fold or
     checkpoint is a one-line UsageError."""
-    from r1trade.rl.checkpoint import list_checkpoints  # torch: only once a model is to play
-
     config = load_config(run_dir / "config.yaml")
     folds = config.train.walk_forward
     assert folds is not None  # is_walk_forward_run

@@ -29,7 +29,7 @@ from r1trade.backtest.runner import run_backtest
 from r1trade.config import Config, load_config
 from r1trade.errors import UsageError
 from r1trade.outputs import locked_run_folder, write_file
-from r1trade.rl.checkpoint import list_checkpoints
+from r1trade.rl.checkpoint_paths import list_checkpoints
 from r1trade.safe_load import read_json_object
 
 SELECTION_FILE = "selected_step.json"

@@ -73,9 +73,9 @@ def warmstart(
     `--set warmstart.policy=random` demonstrates uniformly random trades (format only, entropy over actions kept);
     the default `rule` demonstrates a trend rule. With `--set train.engine=trl` the demonstrations are rendered as
     TRL's GRPOTrainer renders an episode, the env's tool schemas in the system turn, and the model keeps them."""
-    from r1trade.warmstart import warmstart as run_warmstart
-
     resolved = resolve_config(config, set_)
+    from r1trade.warmstart import warmstart as run_warmstart  # torch and the models, once the config is good
+
     run_dir = Path(resolved.output_dir) / f"{resolved.name}-warmstart"
     resolved.save(run_dir)
     tools = None
@@ -151,8 +151,6 @@ def train(
 ) -> None:
     """Train the agent with multi-turn RL (PPO, GRPO, Dr. GRPO, RLOO or REINFORCE++); writes runs/<name>/
     (with train.walk_forward K, one agent per fold in runs/<name>/fold-<k>/)."""
-    from r1trade.train import train_run
-
     if resume is not None:
         if force:
             raise UsageError("--force starts a run over and --resume continues one: give one of them")
@@ -163,6 +161,8 @@ def train(
     else:
         resolved = resolve_config(config, set_)
         run_dir = resolve_output(Path(resolved.output_dir) / resolved.name)  # `..` and links followed
+    from r1trade.train import train_run  # torch and the models, once the options are known to be good
+
     try:
         checkpoint = train_run(resolved, run_dir, resume=resume is not None, force=force, console=console)
     except TrainingInterrupted as stop:

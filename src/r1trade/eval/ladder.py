@@ -43,6 +43,7 @@ from typing import Any, Literal
 from r1trade.env.information import SIGNAL_TOOL
 from r1trade.errors import UsageError
 from r1trade.outputs import write_file
+from r1trade.rl.checkpoint_paths import checkpoint_step
 from r1trade.rl.metrics_log import METRICS_FILE, read_records
 
 Level = Literal["planted_edge", "btc", "tool_gated", "multi_decision", "vol_target"]
@@ -126,8 +127,6 @@ def ladder_record(
 
 def training_cost(checkpoint: Path) -> tuple[int, float]:
     """(updates, seconds of rollout + scoring + optimisation) of the run up to `checkpoint` (`.../step-N`)."""
-    from r1trade.rl.checkpoint import checkpoint_step
-
     updates = checkpoint_step(checkpoint)
     if updates is None:
         raise UsageError(f"'{checkpoint}' is not a checkpoint directory (runs/<name>/checkpoints/step-N)")

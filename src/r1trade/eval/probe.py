@@ -49,7 +49,8 @@ from r1trade.models.chat import ChatTokens
 from r1trade.models.loading import load_agent_models
 from r1trade.models.scoring import backbone_hidden, causal_lm
 from r1trade.outputs import write_file
-from r1trade.rl.checkpoint import list_checkpoints, load_policy
+from r1trade.rl.checkpoint import load_policy
+from r1trade.rl.checkpoint_paths import list_checkpoints
 from r1trade.rollout.backend import sampling_from_config
 from r1trade.rollout.build import transformers_engine
 from r1trade.rollout.decisions import SIDES, action_word_ids

@@ -356,12 +356,9 @@ def paper_trade(
 
     `feed_factory(on_retry)` builds the feed; `on_retry` records each network retry in the journal. Bad input
     is refused before the model loads: a missing checkpoint, another decision interval than the checkpoint's,
-    an unknown gap policy, a bad market or candle file, a journal of another run or a damaged one.
+    an unknown gap policy, a bad market or candle file, a journal of another run or a damaged one (and before
+    torch is imported, so that such a refusal is quick).
     """
-    from r1trade.rl.checkpoint import load_trained_agent
-    from r1trade.rollout.backend import sampling_from_config
-    from r1trade.rollout.build import transformers_engine
-
     if on_gap not in ("tell", "skip"):
         raise UsageError(f"--on-gap must be tell or skip, not '{on_gap}'")
     policy: GapPolicy = "skip" if on_gap == "skip" else "tell"
@@ -389,6 +386,10 @@ def paper_trade(
     with Journal.open(journal_path, identity=identity, config=config.model_dump(mode="json"),
                       options={"on_gap": policy}) as journal:
         opened.append(journal)
+        from r1trade.rl.checkpoint import load_trained_agent
+        from r1trade.rollout.backend import sampling_from_config
+        from r1trade.rollout.build import transformers_engine
+
         config, models = load_trained_agent(checkpoint)
         sampling = sampling_from_config(config.rollout, greedy=True)
         player = transformers_engine(models.policy, models.tokenizer, sampling)

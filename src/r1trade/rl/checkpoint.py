@@ -43,6 +43,7 @@ from r1trade.models.loading import (
 )
 from r1trade.models.trust import require_no_model_code
 from r1trade.outputs import replace_folder
+from r1trade.rl.checkpoint_paths import STATE_FILE, checkpoint_dir, latest_checkpoint
 from r1trade.rl.state_files import load_state, save_state, state_files
 from r1trade.safe_load import first_line, read_json_object, read_tensors
 
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 
     from r1trade.rl.distributed import Distributed
 
-STATE_FILE = "trainer_state.json"
 OPTIMIZER_STEM = "optimizer"
 DEEPSPEED_DIR = "deepspeed"
 DEEPSPEED_TAG = "state"
@@ -66,10 +66,6 @@ DEEPSPEED_GLOBALS = frozenset({
 @dataclass
 class TrainingState:
     step: int = 0  # finished updates
-
-
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"step-{step}"
 
 
 def save_checkpoint(
@@ -124,26 +120,6 @@ def save_checkpoint(
 
 def _rng_stem(process_index: int) -> str:
     return "rng" if process_index == 0 else f"rng-{process_index}"
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """N for a directory named `step-N`, else None."""
-    number = path.name.removeprefix("step-")
-    return int(number) if path.name.startswith("step-") and number.isdigit() else None
-
-
-def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """The complete checkpoints of `run_dir` as (step, directory), by step."""
-    return sorted(
-        (step, path) for path in (run_dir / "checkpoints").glob("step-*")
-        if (step := checkpoint_step(path)) is not None and (path / STATE_FILE).is_file()
-    )
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The complete checkpoint with the highest step in `run_dir`, or None."""
-    found = list_checkpoints(run_dir)
-    return found[-1][1] if found else None
 
 
 def load_checkpoint(

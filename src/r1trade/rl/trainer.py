@@ -41,7 +41,8 @@ from r1trade.rl.advantages import (
     uses_kl,
 )
 from r1trade.rl.batch import RolloutBatch, collate
-from r1trade.rl.checkpoint import TrainingState, latest_checkpoint, load_checkpoint, save_checkpoint
+from r1trade.rl.checkpoint import TrainingState, load_checkpoint, save_checkpoint
+from r1trade.rl.checkpoint_paths import latest_checkpoint
 from r1trade.rl.distributed import Distributed
 from r1trade.rl.episode_metrics import episode_metrics
 from r1trade.rl.group_filters import drop_uniform_groups, filter_top_groups

@@ -37,7 +37,8 @@ from r1trade.integrations.trl.settings import grpo_arguments, steps_per_update
 from r1trade.models.baked_tools import baked_tools, without_baked_tools
 from r1trade.models.chat_template import render_chat
 from r1trade.models.loading import load_named_model
-from r1trade.rl.checkpoint import TrainingState, checkpoint_dir, latest_checkpoint
+from r1trade.rl.checkpoint import TrainingState
+from r1trade.rl.checkpoint_paths import checkpoint_dir, latest_checkpoint
 from r1trade.rl.metrics_log import METRICS_FILE, truncate_records
 from r1trade.safe_load import first_line
 

@@ -29,7 +29,7 @@ from r1trade.integrations.trl.checkpoints import save_trl_checkpoint
 from r1trade.integrations.trl.environment import Episode
 from r1trade.integrations.trl.settings import steps_per_update
 from r1trade.outputs import append_line
-from r1trade.rl.checkpoint import checkpoint_dir
+from r1trade.rl.checkpoint_paths import checkpoint_dir
 from r1trade.rl.episode_metrics import episode_metrics
 from r1trade.rl.metrics_log import METRICS_FILE
 from r1trade.rl.stopping import StopRequest
