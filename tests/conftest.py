@@ -3,7 +3,10 @@ without r1trade's CPU fast paths; tests marked `cuda` are skipped where torch se
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +75,17 @@ def _cuda_available() -> bool:
     import torch  # (only when a collected test is marked cuda)
 
     return torch.cuda.is_available()
+
+
+def run_in_a_fresh_process(commands: list[list[str]]) -> tuple[list[int], list[str], str]:
+    """Run CLI commands in one new Python process: their exit codes, which of torch, transformers and peft they
+    imported, and stderr (a refusal should need none of the three, which take seconds to import)."""
+    script = (f"import json, sys; from r1trade.cli import main; codes = [main(args) for args in {commands!r}]; "
+              "print(json.dumps([codes, sorted({'torch', 'transformers', 'peft'} & set(sys.modules))]))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr[-2000:]
+    codes, imported = json.loads(done.stdout.strip().splitlines()[-1])
+    return codes, imported, done.stderr
 
 
 def make_synthetic_candles(n: int = 500, *, seed: int = 0, start: str = "2021-01-01", freq: str = "1h") -> pd.DataFrame:

@@ -1,14 +1,12 @@
 """`r1trade backtest` end to end on the shipped sample: report files, a hand-checked buy-and-hold, errors."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SAMPLE, make_synthetic_candles
+from conftest import SAMPLE, make_synthetic_candles, run_in_a_fresh_process
 
 from r1trade.cli import main
 from r1trade.config import BacktestConfig, load_config
@@ -114,10 +112,8 @@ def test_all_baselines_into_the_default_report_dir(capsys, tmp_path: Path, monke
 def test_a_backtest_of_rules_alone_imports_no_model_library(tmp_path: Path) -> None:
     """torch, transformers and peft take seconds to import and a rule needs none of them."""
     args = ["backtest", "--config", "smoke", "--strategy", "buy_and_hold", "--out", str(tmp_path)]
-    script = (f"import sys; from r1trade.cli import main; code = main({args!r}); "
-              "print(code, sorted({'torch', 'transformers', 'peft'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
-    assert done.stdout.splitlines()[-1] == "0 []", done.stderr[-2000:]
+    codes, imported, err = run_in_a_fresh_process([args])
+    assert codes == [0] and imported == [], err
 
 
 def test_data_and_split_flags(capsys, tmp_path: Path) -> None:

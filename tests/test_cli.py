@@ -1,11 +1,10 @@
 """The command line as a user meets it: exit codes and one-line errors."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_in_a_fresh_process
 
 from r1trade import __version__
 from r1trade.cli import main
@@ -163,8 +162,6 @@ def test_bad_input_is_refused_before_torch_is_imported(tmp_path: Path):
         ["seeds", "--config", "smoke", "--seeds", "x", "--out", str(tmp_path / "seeds")],
         ["backtest", "--checkpoint", str(tmp_path / "nowhere")],
     ]
-    script = (f"import sys; from r1trade.cli import main; codes = [main(args) for args in {refused!r}]; "
-              "print(codes, sorted({'torch', 'transformers', 'peft'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
-    assert done.stdout.splitlines()[-1] == f"{[2] * len(refused)} []", done.stderr[-2000:]
-    assert len(done.stderr.splitlines()) == len(refused)  # one line each
+    codes, imported, err = run_in_a_fresh_process(refused)
+    assert codes == [2] * len(refused) and imported == [], err
+    assert len(err.splitlines()) == len(refused)  # one line each

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import make_synthetic_candles
+from conftest import make_synthetic_candles, run_in_a_fresh_process
 from env_fixtures import close, long
 
 from r1trade.cli import main
@@ -375,9 +375,7 @@ def test_a_refused_paper_run_imports_no_model_library(tmp_path: Path) -> None:
     candles = save_candles(make_synthetic_candles(200), tmp_path / "candles.parquet")
     args = ["paper", "--checkpoint", str(checkpoint), "--journal", str(tmp_path / "paper.sqlite"),
             "--replay", str(candles), "--decision-every", "7"]
-    script = (f"import sys; from r1trade.cli import main; code = main({args!r}); "
-              "print(code, sorted({'torch', 'transformers', 'peft'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
-    assert done.stdout.splitlines()[-1] == "2 []", done.stderr[-2000:]
-    assert "was trained to decide every 4 bars, not 7" in done.stderr
+    codes, imported, err = run_in_a_fresh_process([args])
+    assert codes == [2] and imported == [], err
+    assert "was trained to decide every 4 bars, not 7" in err
     assert not (tmp_path / "paper.sqlite").exists()
